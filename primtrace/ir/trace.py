@@ -1,0 +1,157 @@
+"""Nodes and traces: the graph IR.
+
+A ``Trace`` is an ordered list of ``Node``s over proxies. A node records one call of a
+symbol; a ref-level node keeps the prim nodes it decomposed into as ``subnodes``, so the
+same trace can be printed at the torch level with its decomposition nested underneath, or
+flattened to prims.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from primtrace.ir.proxy import NumberProxy, Proxy, TensorProxy, TensorSpec
+
+
+def tree_flatten(obj) -> list:
+    """The leaves of a nest of tuples, lists and dicts, in order."""
+    if isinstance(obj, (tuple, list)):
+        return [leaf for item in obj for leaf in tree_flatten(item)]
+    if isinstance(obj, dict):
+        return [leaf for key in obj for leaf in tree_flatten(obj[key])]
+    return [obj]
+
+
+def proxies_in(obj) -> list[Proxy]:
+    return [leaf for leaf in tree_flatten(obj) if isinstance(leaf, Proxy)]
+
+
+@dataclass(eq=False)
+class Node:
+    """One call: ``outputs = symbol(*args, **kwargs)``."""
+    symbol: Any
+    args: tuple
+    kwargs: dict
+    outputs: Any
+    subnodes: list = field(default_factory=list)
+    source: str | None = None  # the user's line that produced this node
+
+    @property
+    def inputs(self) -> list[Proxy]:
+        return proxies_in((self.args, self.kwargs))
+
+    @property
+    def output_proxies(self) -> list[Proxy]:
+        return proxies_in(self.outputs)
+
+    def flat(self) -> list["Node"]:
+        """The leaves (prims, opaque calls) this node decomposes into."""
+        if self.symbol.is_leaf:
+            return [self]
+        return [leaf for sub in self.subnodes for leaf in sub.flat()]
+
+    def __repr__(self):
+        return f"Node({self.symbol.name}, out={self.outputs})"
+
+
+class Trace:
+    """An ordered list of nodes with inputs and outputs; prints as Python."""
+
+    def __init__(self, name: str = "fn"):
+        self.name = name
+        self.inputs: list[Proxy] = []      # flat list of proxy inputs, in call order
+        self.input_structure: Any = None   # (args, kwargs) with proxies in place of values
+        self.nodes: list[Node] = []
+        self.outputs: Any = None
+        self.stage: str = ""
+        self.tags: dict = {}               # free-form facts passes and executors attach
+        self._counter = itertools.count()
+        self._scopes: list[list[Node]] = [self.nodes]
+
+    # --- building -----------------------------------------------------------------------
+    def fresh_name(self, prefix: str = "t") -> str:
+        return f"{prefix}{next(self._counter)}"
+
+    def tensor(self, spec: TensorSpec, name: str | None = None, requires_grad=False) -> TensorProxy:
+        return TensorProxy(name or self.fresh_name(), spec, requires_grad)
+
+    def number(self, python_type: type, value=None, name: str | None = None) -> NumberProxy:
+        return NumberProxy(name or self.fresh_name("n"), python_type, value)
+
+    def record(self, node: Node) -> Node:
+        self._scopes[-1].append(node)
+        return node
+
+    @contextlib.contextmanager
+    def scope(self, node: Node):
+        """Collect the nodes recorded inside as ``node.subnodes``."""
+        self._scopes.append(node.subnodes)
+        try:
+            yield node
+        finally:
+            self._scopes.pop()
+
+    def derive(self, nodes: list[Node], stage: str) -> "Trace":
+        """A new trace with the same signature and outputs and the given nodes."""
+        new = Trace(self.name)
+        new.inputs, new.input_structure, new.outputs = self.inputs, self.input_structure, self.outputs
+        new.nodes, new.stage, new.tags = list(nodes), stage, dict(self.tags)
+        new._counter = self._counter
+        return new
+
+    # --- views ----------------------------------------------------------------------------
+    def flat_nodes(self) -> list[Node]:
+        return [leaf for node in self.nodes for leaf in node.flat()]
+
+    def graph(self):
+        """A networkx.DiGraph of the dataflow: node indices, edges carry the proxy."""
+        import networkx as nx
+        g = nx.DiGraph()
+        producer = {}
+        for i, node in enumerate(self.nodes):
+            g.add_node(i, node=node)
+            for p in node.inputs:
+                if p.name in producer:
+                    g.add_edge(producer[p.name], i, proxy=p)
+            for p in node.output_proxies:
+                producer[p.name] = i
+        return g
+
+    def __str__(self):
+        from primtrace.ir.printer import format_trace
+        return format_trace(self)
+
+    def __repr__(self):
+        return f"<Trace {self.name} stage={self.stage!r} nodes={len(self.nodes)}>"
+
+
+_current: contextvars.ContextVar[Trace | None] = contextvars.ContextVar("primtrace_trace", default=None)
+
+
+def current_trace() -> Trace | None:
+    return _current.get()
+
+
+def is_tracing() -> bool:
+    return _current.get() is not None
+
+
+@contextlib.contextmanager
+def tracing(trace: Trace):
+    token = _current.set(trace)
+    try:
+        yield trace
+    finally:
+        _current.reset(token)
+
+
+@contextlib.contextmanager
+def not_tracing():
+    token = _current.set(None)
+    try:
+        yield
+    finally:
+        _current.reset(token)

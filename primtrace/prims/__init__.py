@@ -1,0 +1,18 @@
+"""Strict primitive operations.
+
+A prim does one thing to operands that already agree: same shape (0-dim tensors and
+Python numbers act as scalars), same dtype, no promotion. Each prim is a
+:class:`~primtrace.ir.Symbol` with a meta function, used on proxies while tracing and as
+the contract check on real tensors, and a torch implementation.
+"""
+from primtrace.prims import elementwise as _elementwise
+from primtrace.prims import structural as _structural
+from primtrace.prims.elementwise import *  # noqa: F401,F403  (the table-generated prims)
+from primtrace.prims.meta import PrimContractError, elementwise_strides  # noqa: F401
+from primtrace.prims.structural import (broadcast_in_dim, convert_element_type, copy_to,  # noqa: F401
+                                        full, iota, polygamma, resize, where)
+
+#: name -> Symbol, every prim.
+ALL_PRIMS = {**_elementwise.PRIMS, **_structural.PRIMS}
+UNARY = [row[0] for row in _elementwise.UNARY]
+BINARY = [row[0] for row in _elementwise.BINARY]

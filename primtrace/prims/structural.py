@@ -1,0 +1,143 @@
+"""Structural prims: dtype conversion, broadcasting, creation, selection and copies."""
+from __future__ import annotations
+
+import torch
+
+from primtrace import dtypes
+from primtrace.ir.proxy import TensorSpec, contiguous_strides
+from primtrace.ir.symbol import Symbol
+from primtrace.prims.meta import (ANY_CATEGORY, PrimContractError, elementwise_meta,
+                                  elementwise_strides, is_number, is_tensor)
+
+
+def _prim(name, meta, impl, tags=("structural",), doc=None):
+    return Symbol(name, kind="prim", meta=meta, impl=impl, tags=frozenset(tags),
+                  module="prims", doc=doc)
+
+
+# --- convert_element_type --------------------------------------------------------------
+def _convert_meta(a, dtype):
+    if not is_tensor(a):
+        raise PrimContractError("prims.convert_element_type: expected a tensor")
+    if not isinstance(dtype, torch.dtype):
+        raise PrimContractError(f"prims.convert_element_type: expected a dtype, got {dtype!r}")
+    return TensorSpec(tuple(a.shape), dtype, a.device, _dense_strides_like(a))
+
+
+def _dense_strides_like(a) -> tuple:
+    """A dense layout with `a`'s memory order (what .to(dtype) produces)."""
+    return elementwise_strides(tuple(a.shape), [tuple(a.stride())])
+
+
+convert_element_type = _prim(
+    "convert_element_type", _convert_meta, lambda a, dtype: a.to(dtype),
+    tags=("elementwise", "convert"),
+    doc="Convert to `dtype` (C-style casts; float -> int truncates).")
+
+
+# --- broadcast_in_dim ------------------------------------------------------------------
+def _broadcast_meta(a, shape, broadcast_dimensions):
+    shape, dims = tuple(shape), tuple(broadcast_dimensions)
+    if len(dims) != a.ndim or list(dims) != sorted(set(dims)) or any(d >= len(shape) for d in dims):
+        raise PrimContractError(
+            f"prims.broadcast_in_dim: bad broadcast_dimensions {dims} for {a.ndim}-d input")
+    strides = [0] * len(shape)
+    for i, d in enumerate(dims):
+        if a.shape[i] == shape[d]:
+            strides[d] = a.stride()[i]
+        elif a.shape[i] != 1:
+            raise PrimContractError(
+                f"prims.broadcast_in_dim: input dim {i} of size {a.shape[i]} "
+                f"cannot broadcast to size {shape[d]}")
+    return TensorSpec(shape, a.dtype, a.device, tuple(strides))
+
+
+def _broadcast_impl(a, shape, broadcast_dimensions):
+    index = [None] * len(shape)
+    for d in broadcast_dimensions:
+        index[d] = slice(None)
+    return a[tuple(index)].expand(shape)
+
+
+broadcast_in_dim = _prim(
+    "broadcast_in_dim", _broadcast_meta, _broadcast_impl, tags=("elementwise", "view"),
+    doc="View `a` with `shape`: input dim i maps to output dim broadcast_dimensions[i]; "
+        "size-1 and new dims get stride 0 (nothing is copied).")
+
+
+# --- creation --------------------------------------------------------------------------
+def _full_meta(shape, fill_value, *, dtype, device):
+    if not is_number(fill_value):
+        raise PrimContractError("prims.full: fill_value must be a number")
+    shape = tuple(shape)
+    if any(s < 0 for s in shape):
+        raise RuntimeError(f"Trying to create tensor with negative dimension: {list(shape)}")
+    return TensorSpec(shape, dtype, torch.device(device), contiguous_strides(shape))
+
+
+full = _prim("full", _full_meta,
+             lambda shape, fill_value, *, dtype, device: torch.full(
+                 tuple(shape), fill_value, dtype=dtype, device=device),
+             tags=("elementwise", "creation"), doc="A new tensor of `shape` filled with a number.")
+
+
+def _iota_meta(length, *, start, step, dtype, device):
+    return TensorSpec((length,), dtype, torch.device(device), (1,))
+
+
+iota = _prim("iota", _iota_meta,
+             lambda length, *, start, step, dtype, device: torch.arange(
+                 start, start + length * step, step, dtype=dtype, device=device)[:length],
+             tags=("creation",), doc="start, start + step, ... (`length` values).")
+
+
+# --- where -----------------------------------------------------------------------------
+def _where_meta(pred, a, b):
+    if not is_tensor(pred) or pred.dtype is not torch.bool:
+        raise PrimContractError("prims.where: the predicate must be a bool tensor")
+    return elementwise_meta("where", (pred, a, b), ANY_CATEGORY, typed=(a, b))
+
+
+where = _prim("where", _where_meta, torch.where, tags=("elementwise",),
+              doc="pred ? a : b; `a` and `b` share a dtype, the predicate is bool.")
+
+
+# --- copies ------------------------------------------------------------------------------
+def _copy_to_meta(dst, src):
+    if not is_tensor(dst) or not is_tensor(src):
+        raise PrimContractError("prims.copy_to: expected tensors")
+    if src.dtype != dst.dtype or (src.ndim and tuple(src.shape) != tuple(dst.shape)):
+        raise PrimContractError(
+            f"prims.copy_to: src {src.dtype}{list(src.shape)} does not match "
+            f"dst {dst.dtype}{list(dst.shape)}")
+    return TensorSpec(tuple(dst.shape), dst.dtype, dst.device, tuple(dst.stride()))
+
+
+def _copy_to_impl(dst, src):
+    return dst.copy_(src)
+
+
+copy_to = _prim("copy_to", _copy_to_meta, _copy_to_impl, tags=("inplace",),
+                doc="Write `src` into `dst` (same dtype, same or 0-dim shape); returns dst.")
+
+
+def _resize_meta(a, shape):
+    shape = tuple(shape)
+    return TensorSpec(shape, a.dtype, a.device, contiguous_strides(shape))
+
+
+resize = _prim("resize", _resize_meta, lambda a, shape: a.resize_(tuple(shape)),
+               tags=("inplace",), doc="Resize an out= tensor to `shape` (its values are undefined).")
+
+
+def _polygamma_meta(a, n):
+    if not isinstance(n, int) or n < 0:
+        raise RuntimeError("polygamma(n, x) does not support negative n.")
+    return elementwise_meta("polygamma", (a,), frozenset({dtypes.Category.FLOATING}))
+
+
+polygamma = _prim("polygamma", _polygamma_meta, lambda a, n: torch.polygamma(n, a),
+                  tags=("elementwise",), doc="The n-th derivative of digamma; n is a constant.")
+
+PRIMS = {s.name: s for s in (convert_element_type, broadcast_in_dim, full, iota, where,
+                             copy_to, resize, polygamma)}

@@ -1,0 +1,104 @@
+"""Writing results into existing tensors: ``out=`` and in-place variants, as eager does.
+
+Eager checks, in this order: the result dtype must cast safely to the output's dtype; the
+output may not overlap itself nor partially overlap an input; a wrongly shaped ``out=`` is
+resized (with a warning if it held elements), while an in-place op's shape is fixed.
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from primtrace import dtypes, prims
+from primtrace.prims.meta import torch_dtype_name
+
+OVERLAP_MESSAGE = ("unsupported operation: some elements of the input tensor and the written-to "
+                   "tensor refer to a single memory location. Please clone() the tensor before "
+                   "performing the operation.")
+INTERNAL_OVERLAP_MESSAGE = ("unsupported operation: more than one element of the written-to "
+                            "tensor refers to a single memory location. Please clone() the tensor "
+                            "before performing the operation.")
+
+
+def maybe_convert(t, dtype):
+    """convert_element_type only when the dtype changes."""
+    if isinstance(t, (tuple, list)):
+        return type(t)(maybe_convert(x, dtype) for x in t)
+    if t is None or t.dtype == dtype:
+        return t
+    return prims.convert_element_type(t, dtype)
+
+
+def check_can_cast(result_dtype, out_dtype):
+    if not dtypes.can_cast(result_dtype, out_dtype):
+        raise RuntimeError(f"result type {torch_dtype_name(result_dtype)} can't be cast to the "
+                           f"desired output type {torch_dtype_name(out_dtype)}")
+
+
+def _non_overlapping_and_dense(t) -> bool:
+    dims = sorted((s, n) for n, s in zip(t.shape, t.stride()) if n != 1)
+    expected = 1
+    for stride, size in dims:
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _byte_range(t):
+    extent = sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1
+    start = t.data_ptr()
+    return start, start + extent * t.element_size()
+
+
+def check_overlap(out, inputs):
+    """Raise eager's errors for an output that overlaps itself or partially an input."""
+    if not isinstance(out, torch.Tensor) or out.numel() == 0:
+        return
+    if not _non_overlapping_and_dense(out):
+        if any(s == 0 and n > 1 for n, s in zip(out.shape, out.stride())):
+            raise RuntimeError(INTERNAL_OVERLAP_MESSAGE)
+        return
+    out_range = _byte_range(out)
+    for t in inputs:
+        if not isinstance(t, torch.Tensor) or t is out or t.numel() == 0:
+            continue
+        if t.untyped_storage().data_ptr() != out.untyped_storage().data_ptr():
+            continue
+        if not _non_overlapping_and_dense(t):
+            continue
+        t_range = _byte_range(t)
+        if t_range == out_range:
+            continue  # full overlap: in-place
+        if t_range[0] < out_range[1] and out_range[0] < t_range[1]:
+            raise RuntimeError(OVERLAP_MESSAGE)
+
+
+def copy_to_out(out, result, inputs=()):
+    """The out= epilogue of a ref: cast check, overlap check, resize, convert, copy."""
+    if not hasattr(out, "dtype"):
+        raise TypeError(f"argument 'out' must be Tensor, not {type(out).__name__}")
+    check_can_cast(result.dtype, out.dtype)
+    check_overlap(out, inputs)
+    if tuple(out.shape) != tuple(result.shape):
+        if out.numel() != 0:
+            warnings.warn(
+                f"An output with one or more elements was resized since it had shape "
+                f"{list(out.shape)}, which does not match the required output shape "
+                f"{list(result.shape)}. This behavior is deprecated, and in a future PyTorch "
+                f"release outputs will not be resized unless they have zero elements. You can "
+                f"explicitly reuse an out tensor t by resizing it, inplace, to zero elements "
+                f"with t.resize_(0).", UserWarning, stacklevel=4)
+        out = prims.resize(out, tuple(result.shape))
+    return prims.copy_to(out, maybe_convert(result, out.dtype))
+
+
+def copy_to_self(self, result, inputs=()):
+    """The epilogue of an in-place variant (add_): same checks, but the shape is fixed."""
+    check_can_cast(result.dtype, self.dtype)
+    if tuple(self.shape) != tuple(result.shape):
+        raise RuntimeError(f"output with shape {list(self.shape)} doesn't match the broadcast "
+                           f"shape {list(result.shape)}")
+    check_overlap(self, inputs)
+    return prims.copy_to(self, maybe_convert(result, self.dtype))
