@@ -1,43 +1,40 @@
 """Binary arithmetic refs: add, sub, mul, div and their relatives."""
+__all__ = ["add", "sub", "mul", "true_divide"]
 from __future__ import annotations
 
 from primtrace import dtypes, prims
-from primtrace.refs.core import elementwise, is_tensor
+from primtrace.refs.core import elementwise, is_number, is_tensor
 from primtrace.refs.promotion import DEFAULT, INT_TO_FLOAT
 
 
-def _check_alpha(alpha, operands, op_name):
-    """Eager: alpha must fit the computation category (no float alpha on integers)."""
-    dtype_of = [v.dtype for v in operands if is_tensor(v)]
-    if not dtype_of or not isinstance(alpha, (bool, int, float, complex)):
-        return
-    category = max(dtypes.category(d) for d in dtype_of)
-    if dtypes.number_category(alpha) > category:
-        if category == dtypes.Category.BOOL and isinstance(alpha, bool):
-            return
-        if category <= dtypes.Category.INTEGER and dtypes.number_category(alpha) >= dtypes.Category.FLOATING:
-            raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
-        if category == dtypes.Category.FLOATING and isinstance(alpha, complex):
-            raise RuntimeError("For non-complex input tensors, argument alpha must not be a complex number.")
-        if category == dtypes.Category.BOOL:
-            raise RuntimeError("Boolean alpha only supported for Boolean results.")
+def _scaled(b, alpha, like):
+    """alpha * b in the computation dtype; alpha must fit the computation category."""
+    category = dtypes.category(like.dtype)
+    alpha_category = dtypes.number_category(alpha)
+    if category <= dtypes.Category.INTEGER and alpha_category >= dtypes.Category.FLOATING:
+        raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
+    if category == dtypes.Category.FLOATING and alpha_category == dtypes.Category.COMPLEX:
+        raise RuntimeError("For non-complex input tensors, argument alpha must not be a complex number.")
+    if category == dtypes.Category.BOOL:
+        alpha = bool(alpha)  # eager casts an integer alpha to the bool computation type
+    if is_number(b):
+        b = prims.full((), b, dtype=like.dtype, device=like.device)
+    return prims.mul(b, alpha)
 
 
 @elementwise(DEFAULT, ("a", "b"), scalars="all")
 def add(a, b, *, alpha=None):
     """a + alpha * b"""
-    if alpha is not None and alpha != 1:
-        _check_alpha(alpha, (a, b), "add")
-        b = prims.mul(b, alpha)
+    if alpha is not None:
+        b = _scaled(b, alpha, a if is_tensor(a) else b)
     return prims.add(a, b)
 
 
 @elementwise(DEFAULT, ("a", "b"), scalars="all")
 def sub(a, b, *, alpha=None):
     """a - alpha * b"""
-    if alpha is not None and alpha != 1:
-        _check_alpha(alpha, (a, b), "sub")
-        b = prims.mul(b, alpha)
+    if alpha is not None:
+        b = _scaled(b, alpha, a if is_tensor(a) else b)
     return prims.sub(a, b)
 
 

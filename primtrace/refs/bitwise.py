@@ -1,0 +1,2 @@
+"""Bitwise refs: and, or, xor, not, shifts."""
+__all__ = []

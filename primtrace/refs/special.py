@@ -1,0 +1,2 @@
+"""torch.special: the elementwise special functions torch supports on CPU."""
+__all__ = []

@@ -1,0 +1,2 @@
+"""Unary elementwise refs (math, rounding, classification), mostly rows of a table."""
+__all__ = []
