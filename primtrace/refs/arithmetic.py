@@ -1,10 +1,11 @@
 """Binary arithmetic refs: add, sub, mul, div and their relatives."""
-__all__ = ["add", "sub", "mul", "true_divide"]
 from __future__ import annotations
 
 from primtrace import dtypes, prims
 from primtrace.refs.core import elementwise, is_number, is_tensor
 from primtrace.refs.promotion import DEFAULT, INT_TO_FLOAT
+
+__all__ = ["add", "sub", "mul", "true_divide"]
 
 
 def _scaled(b, alpha, like):
