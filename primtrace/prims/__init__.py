@@ -11,6 +11,7 @@ from primtrace.prims.elementwise import *  # noqa: F401,F403  (the table-generat
 from primtrace.prims.meta import PrimContractError, elementwise_strides  # noqa: F401
 from primtrace.prims.structural import (broadcast_in_dim, convert_element_type, copy_to,  # noqa: F401
                                         full, iota, polygamma, resize, where)
+from primtrace.prims.structural import complex_ as complex, full_like  # noqa: F401,A001
 
 #: name -> Symbol, every prim.
 ALL_PRIMS = {**_elementwise.PRIMS, **_structural.PRIMS}

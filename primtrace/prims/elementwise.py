@@ -96,6 +96,7 @@ UNARY = [
     ("real", lambda a: torch.real(a).clone(), COMPLEX, "real"),
     ("imag", lambda a: torch.imag(a).clone(), COMPLEX, "real"),
     ("conj", torch.conj_physical, COMPLEX, "same"),
+    ("clone", torch.clone, ANY, "same"),  # a copy: what ceil/nan_to_num/... return for integers
 ]
 
 BINARY = [

@@ -139,5 +139,35 @@ def _polygamma_meta(a, n):
 polygamma = _prim("polygamma", _polygamma_meta, lambda a, n: torch.polygamma(n, a),
                   tags=("elementwise",), doc="The n-th derivative of digamma; n is a constant.")
 
+
+def _complex_meta(real, imag):
+    if not (is_tensor(real) and is_tensor(imag)):
+        raise PrimContractError("prims.complex: expected two tensors")
+    spec = elementwise_meta("complex", (real, imag), frozenset({dtypes.Category.FLOATING}))
+    if spec.dtype is torch.bfloat16:
+        raise NotImplementedError("prims.complex: there is no bfloat16 complex dtype")
+    return TensorSpec(spec.shape, dtypes.to_complex(spec.dtype), spec.device, spec.strides)
+
+
+complex_ = _prim("complex", _complex_meta, torch.complex, tags=("elementwise",),
+                 doc="real + imag * 1j from two float tensors, exactly (no inf * 0 = nan).")
+
+
+def _full_like_meta(a, fill_value, *, dtype):
+    if not is_tensor(a) or not is_number(fill_value):
+        raise PrimContractError("prims.full_like: expected a tensor and a number")
+    return TensorSpec(tuple(a.shape), dtype, a.device, _dense_strides_like(a))
+
+
+def _full_like_impl(a, fill_value, *, dtype):
+    return torch.empty_strided(tuple(a.shape), _dense_strides_like(a), dtype=dtype,
+                               device=a.device).fill_(fill_value)
+
+
+full_like = _prim("full_like", _full_like_meta, _full_like_impl, tags=("elementwise", "creation"),
+                  doc="A new tensor with a's shape and memory order, filled with a number "
+                      "(a's values are not read).")
+
+
 PRIMS = {s.name: s for s in (convert_element_type, broadcast_in_dim, full, iota, where,
-                             copy_to, resize, polygamma)}
+                             copy_to, resize, polygamma, complex_, full_like)}

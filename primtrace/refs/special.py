@@ -1,2 +1,126 @@
-"""torch.special: the elementwise special functions torch supports on CPU."""
+"""torch.special: the elementwise special functions torch supports on CPU.
+
+``refs.special.<name>`` mirrors ``torch.special.<name>``. Aliases of torch-level functions
+are the very same refs; the others are rows of tables (a promotion kind, then one prim)
+or a few lines of prims. Several of eager's CPU kernels have no float16/bfloat16
+version: those refs raise eager's NotImplementedError for them rather than computing.
+"""
+from __future__ import annotations
+
+import math
+
+from primtrace import prims
+from primtrace.refs import unary
+from primtrace.refs.binary import xlogy
+from primtrace.refs.core import elementwise
+from primtrace.refs.promotion import DEFAULT, INT_TO_FLOAT
+from primtrace.refs.unary import round_decimals, unary_ref
+from primtrace.refs.unary_checks import (no_low_precision, not_both_numbers, not_implemented,
+                                         precheck, same_dtype_out)
+
 __all__ = []
+
+
+def _export(*symbols, **aliases):
+    for sym in symbols:
+        globals()[sym.name] = sym
+        __all__.append(sym.name)
+    for alias, sym in aliases.items():
+        globals()[alias] = sym
+        __all__.append(alias)
+
+
+# --- aliases of torch-level refs --------------------------------------------------------------
+_export(expit=unary.sigmoid, exp2=unary.exp2, expm1=unary.expm1, log1p=unary.log1p,
+        logit=unary.logit, erf=unary.erf, erfc=unary.erfc, erfinv=unary.erfinv, i0=unary.i0,
+        digamma=unary.digamma, psi=unary.digamma, gammaln=unary.lgamma, sinc=unary.sinc,
+        polygamma=unary.polygamma, multigammaln=unary.mvlgamma)
+
+
+@precheck(same_dtype_out)
+@elementwise(DEFAULT, ("input",), module="refs.special")
+def round(input, *, decimals=0):
+    """torch.round without its integer shortcut: eager refuses bool/integers here."""
+    if not input.dtype.is_floating_point:
+        raise not_implemented("round_vml_cpu", input.dtype)
+    return round_decimals(input, decimals)
+
+
+_export(round)
+
+
+# --- one prim after INT_TO_FLOAT promotion ----------------------------------------------------
+# name, whether eager's CPU kernel has float16/bfloat16 versions
+UNARY = [
+    ("erfcx", False), ("ndtri", False), ("log_ndtr", False),
+    ("i0e", True), ("i1", True), ("i1e", True),
+    ("bessel_j0", False), ("bessel_j1", False), ("bessel_y0", False), ("bessel_y1", False),
+    ("modified_bessel_i0", False), ("modified_bessel_i1", False),
+    ("modified_bessel_k0", False), ("modified_bessel_k1", False),
+    ("scaled_modified_bessel_k0", False), ("scaled_modified_bessel_k1", False),
+    ("spherical_bessel_j0", False), ("airy_ai", False),
+]
+for _name, _low_precision in UNARY:
+    _sym = unary_ref(_name, getattr(prims, _name), module="refs.special")
+    _export(_sym if _low_precision else precheck(no_low_precision)(_sym))
+del _name, _low_precision, _sym
+
+
+def _body(prim, second):
+    """A body calling `prim` whose second parameter has torch's name ("other" or "n")."""
+    if second == "n":
+        def body(input, n):
+            return prim(input, n)
+    else:
+        def body(input, other):
+            return prim(input, other)
+    return body
+
+
+def binary_ref(name, prim, kind, second="other", *, low_precision=True, numbers=True):
+    """torch.special.<name>(input, <second>, *, out=None): `kind` promotion, then `prim`.
+    `numbers`: either argument may be a Python number (never both)."""
+    body = _body(prim, second)
+    body.__name__ = body.__qualname__ = name
+    body.__doc__ = f"{prim.qualname} after {kind.name} promotion."
+    sym = elementwise(kind, ("input", second), module="refs.special",
+                      scalars=("input", second) if numbers else ())(body)
+    if numbers:
+        sym = precheck(not_both_numbers)(sym)
+    return sym if low_precision else precheck(no_low_precision)(sym)
+
+
+_export(binary_ref("xlog1py", prims.xlog1py, INT_TO_FLOAT),
+        binary_ref("zeta", prims.zeta, INT_TO_FLOAT, low_precision=False),
+        # DEFAULT, not INT_TO_FLOAT: eager has no integer gammainc
+        binary_ref("gammainc", prims.igamma, DEFAULT, numbers=False),
+        binary_ref("gammaincc", prims.igammac, DEFAULT, numbers=False))
+
+# the orthogonal polynomials P_n(x): n is truncated to an integer by the kernel
+POLYNOMIALS = ("chebyshev_polynomial_t", "chebyshev_polynomial_u", "chebyshev_polynomial_v",
+               "chebyshev_polynomial_w", "shifted_chebyshev_polynomial_t",
+               "shifted_chebyshev_polynomial_u", "shifted_chebyshev_polynomial_v",
+               "shifted_chebyshev_polynomial_w", "hermite_polynomial_h", "hermite_polynomial_he",
+               "laguerre_polynomial_l", "legendre_polynomial_p")
+_export(*(binary_ref(name, getattr(prims, name), INT_TO_FLOAT, "n", low_precision=False)
+          for name in POLYNOMIALS))
+
+
+# --- composites -------------------------------------------------------------------------------
+@elementwise(INT_TO_FLOAT, ("input",), module="refs.special")
+def ndtr(input):
+    """The standard normal CDF as eager writes it: (1 + erf(x / sqrt(2))) / 2 (no erfc, so
+    the far lower tail is 0, as in eager)."""
+    erf = prims.erf(prims.mul(input, 0.7071067811865476))  # M_SQRT1_2
+    return prims.mul(prims.add(erf, 1), 0.5)
+
+
+@elementwise(INT_TO_FLOAT, ("input",), module="refs.special")
+def entr(input):
+    """-x log(x) for x > 0 (NaN stays NaN), 0 at 0, -inf below 0."""
+    return prims.where(prims.lt(input, 0), -math.inf,
+                       prims.where(prims.eq(input, 0), 0,
+                                   prims.mul(prims.neg(input), prims.log(input))))
+
+
+_export(ndtr, entr, xlogy=xlogy)  # xlogy: the torch-level ref (refs.binary) is the same function
