@@ -1,2 +1,313 @@
-"""torch.nn.functional's elementwise activations, written in prims."""
-__all__ = []
+"""torch.nn.functional's elementwise activations, written in prims.
+
+``refs.nn.functional.<name>`` has the signature of ``torch.nn.functional.<name>``
+(``inplace=`` included: the input is then written and returned). Each body is eager's CPU
+formula, computed in the opmath dtype (float for float16/bfloat16) and rounded once; the
+decorator (``activations_base.activation``) does what they share: dispatch errors, number
+parameters converted as eager's kernels convert them, in-place and ``out=``.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from primtrace import dtypes, prims
+from primtrace.prims.meta import torch_dtype_name
+from primtrace.refs.core import is_tensor, maybe_convert, ref
+from primtrace.refs.nn.activations_base import (COMPUTATION, INPUT, MODULE, RAW, activation,
+                                                concrete, constant, dispatch, inplace_of,
+                                                scalar_to, type_name)
+from primtrace.refs.promotion import INT_TO_FLOAT, elementwise_dtypes
+
+__all__ = [
+    "relu", "relu6", "hardtanh", "leaky_relu", "rrelu", "threshold",
+    "elu", "selu", "celu", "gelu", "silu", "mish", "softplus", "logsigmoid",
+    "hardsigmoid", "hardswish", "softshrink", "hardshrink", "tanhshrink", "softsign",
+    "tanh", "sigmoid",
+    "relu_", "elu_", "leaky_relu_", "hardtanh_", "threshold_", "rrelu_", "celu_", "selu_",
+]
+
+FLOATS = dtypes.FLOATS
+REALS = (*dtypes.INTEGERS, *dtypes.FLOATS)
+STRUCTURED_OUT = "Found dtype {found} but expected {expected}"
+
+
+def clamp_dtypes(bool_message):
+    """relu and hardtanh are clamps: bool has its own error, complex has clamp's."""
+    def check(dtype):
+        if dtype is torch.bool:
+            raise RuntimeError(bool_message)
+        if dtype.is_complex:
+            raise NotImplementedError("clamp is not supported for complex types")
+    return check
+
+
+# --- clamps: relu, relu6, hardtanh -------------------------------------------------------------
+@activation(clamp_dtypes("Boolean inputs not supported for relu"))
+def relu(input):
+    """max(x, 0), NaN kept (eager's clamp_min)."""
+    return prims.maximum(input, constant(0, input))
+
+
+def _clamp(x, low, high):
+    """min(max(x, low), high): NaN stays NaN; low > high gives high, as eager's clamp."""
+    return prims.minimum(prims.maximum(x, constant(low, x)), constant(high, x))
+
+
+def _hardtanh_limit(value, dtype):
+    """hardtanh's legacy rule: limits never promote; integer inputs truncate them to int64
+    first, and uint8 refuses negative ones."""
+    if dtypes.is_integer(dtype):
+        value = scalar_to(value, torch.int64)
+        if dtype is torch.uint8 and value < 0:
+            raise RuntimeError("cannot do hardtanh on an unsigned type with negative limits")
+    return scalar_to(value, dtype)
+
+
+def _min_not_above_max(input, min_val, max_val):
+    if min_val > max_val:
+        raise ValueError("min_val cannot be greater than max_val")
+
+
+@activation(clamp_dtypes("Bool inputs not supported for hardtanh"),
+            scalars={"min_val": _hardtanh_limit, "max_val": _hardtanh_limit},
+            python_check=_min_not_above_max)
+def hardtanh(input, min_val=-1.0, max_val=1.0):
+    """clamp(x, min_val, max_val), the limits in the input's dtype."""
+    return _clamp(input, min_val, max_val)
+
+
+@activation(clamp_dtypes("Bool inputs not supported for hardtanh"))
+def relu6(input):
+    """hardtanh(x, 0, 6)."""
+    return _clamp(input, 0, 6)
+
+
+# --- piecewise linear: leaky_relu, rrelu, threshold ------------------------------------------
+@activation(dispatch("leaky_relu_cpu", FLOATS), scalars={"negative_slope": COMPUTATION})
+def leaky_relu(input, negative_slope=0.01):
+    """x > 0 ? x : x * negative_slope."""
+    return prims.where(prims.gt(input, 0), input, prims.mul(input, negative_slope))
+
+
+def _real(value) -> float:
+    """A number parameter as the double eager's checks compare (a NumberProxy is read)."""
+    return scalar_to(concrete(value), torch.float64)
+
+
+def _lower_not_above_upper(input, lower, upper, training):
+    if _real(lower) > _real(upper):
+        raise RuntimeError("Lower bound should be less than or equal to the upper bound")
+
+
+def _deterministic(dtype, input, lower, upper, training):
+    if training:
+        raise NotImplementedError("primtrace: rrelu(training=True) draws a random slope per "
+                                  "element; only training=False has a ref")
+
+
+@activation(dispatch("leaky_relu_cpu", FLOATS), scalars={"lower": RAW, "upper": RAW},
+            precheck=_lower_not_above_upper, check=_deterministic)
+def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False):
+    """Evaluation mode: leaky_relu with the mean slope (lower + upper) / 2."""
+    slope = scalar_to((_real(lower) + _real(upper)) / 2, input.dtype)
+    return leaky_relu.body(input, slope)
+
+
+@activation(dispatch("threshold_cpu", REALS), scalars={"threshold": COMPUTATION, "value": INPUT})
+def threshold(input, threshold, value):
+    """x <= threshold ? value : x; value is rounded to the input's dtype."""
+    return prims.where(prims.le(input, threshold), value, input)
+
+
+# --- exponential: elu, selu, celu ------------------------------------------------------------
+SELU_ALPHA = 1.6732632423543772848170429916717
+SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def _elu(x, negcoef, poscoef=1.0, negiptcoef=1.0):
+    """eager's elu kernel: x <= 0 ? expm1(x * negiptcoef) * negcoef : x * poscoef."""
+    inner = x if negiptcoef == 1.0 else prims.mul(x, negiptcoef)
+    positive = x if poscoef == 1.0 else prims.mul(x, poscoef)
+    return prims.where(prims.le(x, 0), prims.mul(prims.expm1(inner), negcoef), positive)
+
+
+@activation(dispatch("elu_cpu", FLOATS), scalars={"alpha": COMPUTATION})
+def elu(input, alpha=1.0):
+    """x > 0 ? x : alpha * (exp(x) - 1), with expm1."""
+    return _elu(input, alpha)
+
+
+@activation(dispatch("elu_cpu", FLOATS))
+def selu(input):
+    """scale * elu(x, alpha) with the self-normalizing constants."""
+    negcoef = scalar_to(scalar_to(SELU_ALPHA, input.dtype) * scalar_to(SELU_SCALE, input.dtype),
+                        input.dtype)
+    return _elu(input, negcoef, scalar_to(SELU_SCALE, input.dtype))
+
+
+def _alpha_not_zero(input, alpha):
+    if _real(alpha) == 0:
+        raise RuntimeError("ZeroDivisionError: alpha cannot be 0 for CELU")
+
+
+@activation(dispatch("elu_cpu", FLOATS), scalars={"alpha": RAW}, precheck=_alpha_not_zero)
+def celu(input, alpha=1.0):
+    """max(0, x) + min(0, alpha * (exp(x / alpha) - 1)): elu with input scale 1 / alpha."""
+    inverse = scalar_to(1.0 / _real(alpha), input.dtype)
+    return _elu(input, scalar_to(alpha, input.dtype), 1.0, inverse)
+
+
+# --- smooth: gelu, silu, mish, softplus, logsigmoid ------------------------------------------
+SQRT1_2 = math.sqrt(0.5)                                   # M_SQRT1_2
+GELU_BETA = math.sqrt(2.0) * (2.0 / math.sqrt(math.pi)) * 0.5   # M_SQRT2 * M_2_SQRTPI * 0.5
+GELU_KAPPA = 0.044715
+
+
+def _approximate_known(input, approximate):
+    if not isinstance(approximate, str):
+        raise TypeError(f"gelu(): argument 'approximate' must be str, not {type(approximate).__name__}")
+    if approximate not in ("none", "tanh"):
+        raise RuntimeError("approximate argument must be either none or tanh.")
+
+
+@activation(dispatch("GeluKernelImpl", FLOATS), inplace=False, out=STRUCTURED_OUT,
+            precheck=_approximate_known)
+def gelu(input, *, approximate="none"):
+    """x * Phi(x): 0.5 * x * (1 + erf(x / sqrt(2))), or with tanh:
+    0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x**3)))."""
+    x = input
+    if approximate == "tanh":
+        cube = prims.mul(prims.mul(x, x), x)
+        inner = prims.mul(prims.add(x, prims.mul(cube, GELU_KAPPA)), GELU_BETA)
+        return prims.mul(prims.mul(x, 0.5), prims.add(prims.tanh(inner), 1))
+    return prims.mul(prims.mul(x, 0.5), prims.add(prims.erf(prims.mul(x, SQRT1_2)), 1))
+
+
+@activation(dispatch("silu_cpu", (*FLOATS, *dtypes.COMPLEXES)))
+def silu(input):
+    """x * sigmoid(x), as eager computes it: x / (1 + exp(-x))."""
+    return prims.div(input, prims.add(prims.exp(prims.neg(input)), 1))
+
+
+@activation(dispatch("mish_cpu", FLOATS))
+def mish(input):
+    """x * tanh(softplus(x)), softplus as log1p(exp(x)) (no threshold)."""
+    return prims.mul(input, prims.tanh(prims.log1p(prims.exp(input))))
+
+
+@activation(dispatch("softplus_cpu", FLOATS), scalars={"beta": COMPUTATION, "threshold": COMPUTATION},
+            inplace=False, out=STRUCTURED_OUT)
+def softplus(input, beta=1, threshold=20):
+    """log(1 + exp(beta * x)) / beta, reverting to x where beta * x > threshold."""
+    scaled = prims.mul(input, beta)
+    smooth = prims.div(prims.log1p(prims.exp(scaled)), beta)
+    return prims.where(prims.gt(scaled, threshold), input, smooth)
+
+
+@activation(dispatch("log_sigmoid_cpu", FLOATS), inplace=False,
+            out="expected scalar type {expected} but found {found}", out_after_dispatch=True,
+            aten="log_sigmoid")
+def logsigmoid(input):
+    """log(sigmoid(x)), stable for large |x|: min(x, 0) - log1p(exp(-|x|))."""
+    return prims.sub(prims.minimum(input, constant(0, input)),
+                     prims.log1p(prims.exp(prims.neg(prims.abs(input)))))
+
+
+# --- hard: hardsigmoid, hardswish --------------------------------------------------------------
+@activation(dispatch("hardsigmoid_cpu", FLOATS))
+def hardsigmoid(input):
+    """min(max(x + 3, 0), 6) / 6."""
+    return prims.div(_clamp(prims.add(input, 3), 0, 6), 6)
+
+
+@activation(dispatch("hardswish_cpu", FLOATS))
+def hardswish(input):
+    """x * min(max(x + 3, 0), 6) / 6."""
+    return prims.div(prims.mul(input, _clamp(prims.add(input, 3), 0, 6)), 6)
+
+
+# --- shrinkage: softshrink, hardshrink, tanhshrink -------------------------------------------
+def _lambd_in_range(dtype, input, lambd):
+    high, value = torch.finfo(dtype).max, _real(lambd)
+    if not 0 <= value <= high:
+        found = int(value) if isinstance(concrete(lambd), (bool, int)) else f"{value:g}"
+        raise RuntimeError(f"lambda must be in range [0, {high:g}] for input dtype "
+                           f"{torch_dtype_name(dtype)}, but found {found}")
+
+
+@activation(dispatch("softshrink_check", FLOATS), scalars={"lambd": COMPUTATION}, inplace=False,
+            out=STRUCTURED_OUT, out_after_dispatch=True, check=_lambd_in_range)
+def softshrink(input, lambd=0.5):
+    """x - lambd above lambd, x + lambd below -lambd, else 0 (x * 0: NaN stays NaN)."""
+    x = input
+    inner = prims.where(prims.lt(x, -lambd), prims.add(x, lambd), prims.mul(x, 0))
+    return prims.where(prims.gt(x, lambd), prims.sub(x, lambd), inner)
+
+
+@activation(dispatch("hardshrink_cpu", FLOATS), scalars={"lambd": INPUT}, inplace=False,
+            out=STRUCTURED_OUT)
+def hardshrink(input, lambd=0.5):
+    """0 where -lambd <= x <= lambd, else x; lambd is rounded to the input's dtype."""
+    inside = prims.bitwise_and(prims.ge(input, -lambd), prims.le(input, lambd))
+    return prims.where(inside, 0, input)
+
+
+def _no_bool_subtraction(dtype):
+    if dtype is torch.bool:
+        raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. "
+                           "If you are trying to invert a mask, use the `~` or `logical_not()` "
+                           "operator instead.")
+
+
+@activation(_no_bool_subtraction, kind=INT_TO_FLOAT, inplace=False, method="tanh")
+def tanhshrink(input):
+    """x - tanh(x) (eager: input - input.tanh(), two kernels; here rounded once)."""
+    return prims.sub(input, prims.tanh(input))
+
+
+# --- softsign, tanh, sigmoid: F's one-line Python definitions ----------------------------------
+@ref(module=MODULE)
+def softsign(input):
+    """input / (input.abs() + 1), as F writes it: |input| + 1 is computed and rounded in
+    the input's dtype (integers wrap: softsign(int8 -128) = -128 / -127), then a true
+    division in the promoted float dtype."""
+    if not is_tensor(input):
+        raise AttributeError(f"'{type_name(input)}' object has no attribute 'abs'")
+    if input.dtype is torch.bool:
+        raise NotImplementedError("\"abs_cpu\" not implemented for 'Bool'")
+    denominator = prims.add(prims.abs(input), 1)
+    computation, result = elementwise_dtypes(input, denominator, type_promotion_kind=INT_TO_FLOAT)
+    quotient = prims.div(maybe_convert(input, computation), maybe_convert(denominator, computation))
+    return maybe_convert(quotient, result)
+
+
+softsign.promote, softsign.type_promotion_kind = ("input",), INT_TO_FLOAT
+
+
+def _every_dtype(dtype):
+    """Tensor.tanh and Tensor.sigmoid take every dtype (bool and integers as floats)."""
+
+
+@activation(_every_dtype, kind=INT_TO_FLOAT, inplace=False, method="tanh")
+def tanh(input):
+    """input.tanh()."""
+    return prims.tanh(input)
+
+
+@activation(_every_dtype, kind=INT_TO_FLOAT, inplace=False, method="sigmoid")
+def sigmoid(input):
+    """input.sigmoid()."""
+    return prims.sigmoid(input)
+
+
+# --- the in-place functions of torch.nn.functional --------------------------------------------
+relu_ = inplace_of(relu)
+elu_ = inplace_of(elu)
+leaky_relu_ = inplace_of(leaky_relu)
+hardtanh_ = inplace_of(hardtanh)  # the C++ op: min_val > max_val clamps all to max_val
+threshold_ = inplace_of(threshold)
+rrelu_ = inplace_of(rrelu)
+celu_ = inplace_of(celu)
+selu_ = inplace_of(selu)

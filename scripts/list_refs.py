@@ -1,0 +1,186 @@
+#!/usr/bin/env python
+"""Print docs/refs.md: every public ref, its torch counterpart, promotion kind and prims.
+
+The refs are discovered, not listed: every public ref-level Symbol of ``primtrace.refs``,
+``primtrace.refs.special`` and ``primtrace.refs.nn.functional``. The prims a ref uses are
+found by tracing it on float32 proxies (one per tensor argument; float64, int64, bool or complex64
+where the ref refuses float32); where no call of the generic signature traces, the entry
+says n/a.
+
+    python scripts/list_refs.py > docs/refs.md      (or: --output docs/refs.md)
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import itertools
+import sys
+import warnings
+
+import torch
+
+from primtrace.ir import Symbol, TensorSpec, Trace, tracing
+
+MODULES = (  # (ref module, its torch namespaces, most specific first)
+    ("primtrace.refs", ("torch", "torch.Tensor")),
+    ("primtrace.refs.special", ("torch.special",)),
+    ("primtrace.refs.nn.functional", ("torch.nn.functional",)),
+)
+#: Values tried for a required parameter that is not a tensor (threshold's value, n, ...).
+NUMBER_GUESSES = (1, 0.5)
+#: Proxy dtypes, in order: float32 first; the others for refs that refuse it.
+DTYPES = (torch.float32, torch.float64, torch.int64, torch.bool, torch.complex64)
+
+
+def public_refs(module):
+    """(name, symbol) for each public ref of `module`, sorted by name."""
+    names = getattr(module, "__all__", None) or [n for n in dir(module) if not n.startswith("_")]
+    found = []
+    for name in sorted(set(names)):
+        obj = getattr(module, name, None)
+        if isinstance(obj, Symbol) and obj.kind == "ref":
+            found.append((name, obj))
+    return found
+
+
+def torch_counterpart(name, namespaces):
+    for namespace in namespaces:
+        target = _resolve(namespace)
+        if target is not None and hasattr(target, name):
+            return f"{namespace}.{name}"
+    return None
+
+
+def _resolve(dotted):
+    head, *rest = dotted.split(".")
+    obj = importlib.import_module(head)
+    for part in rest:
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
+
+
+def _calls(sym):
+    """Argument lists to try: tensors where the ref promotes (or for every required
+    parameter), then numbers for the required parameters that are not tensors."""
+    try:
+        signature = inspect.signature(sym)
+    except (TypeError, ValueError):
+        return
+    params = [p for p in signature.parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    # `op_(self, *args)` wrappers: their operands are in *args
+    extra = (0, 1, 2) if any(p.kind is p.VAR_POSITIONAL for p in signature.parameters.values()) else (0,)
+    required = [p for p in params if p.default is p.empty]
+    promoted = set(getattr(sym, "promote", ()) or ())
+    tensor_sets = []
+    if promoted:
+        tensor_sets.append({p.name for p in params if p.name in promoted})
+    tensor_sets.append({p.name for p in required})
+    if required:
+        tensor_sets.append({required[0].name})
+    seen = set()
+    for tensors in tensor_sets:
+        others = [p for p in required if p.name not in tensors]
+        for guesses in itertools.product(NUMBER_GUESSES, repeat=len(others)):
+            key = (frozenset(tensors), guesses)
+            if key in seen:
+                continue
+            seen.add(key)
+            numbers = dict(zip((p.name for p in others), guesses))
+            call = [(p.name, p.kind is p.KEYWORD_ONLY, "tensor" if p.name in tensors
+                     else numbers[p.name]) for p in params if p.name in tensors or p.name in numbers]
+            for n in extra:
+                yield call + [(None, False, "tensor")] * n
+
+
+def prims_of(sym):
+    """(leaf symbols the ref records on proxies, the proxies' dtype), or (None, None)."""
+    for dtype in DTYPES:
+        for call in _calls(sym):
+            used = _trace(sym, call, dtype)
+            if used is not None:
+                return used, dtype
+    return None, None
+
+
+def _trace(sym, call, dtype):
+    """The leaf names `sym` records for one call on `dtype` proxies, or None if it raises."""
+    trace = Trace(sym.name)
+    args, kwargs = [], {}
+    for name, keyword, value in call:
+        if value == "tensor":
+            value = trace.tensor(TensorSpec((2, 3), dtype, torch.device("cpu"), (3, 1)))
+        if keyword:
+            kwargs[name] = value
+        else:
+            args.append(value)
+    try:
+        with warnings.catch_warnings(), tracing(trace):
+            warnings.simplefilter("ignore")
+            sym(*args, **kwargs)
+    except Exception:  # this generic call does not fit the ref; the caller tries the next
+        return None
+    names = []
+    for node in trace.flat_nodes():
+        label = node.symbol.name if node.symbol.module == "prims" else node.symbol.qualname
+        if label not in names:
+            names.append(label)
+    return names
+
+
+def _cell(text):
+    return text.replace("|", "\\|")
+
+
+def render() -> str:
+    lines = ["# primtrace refs", "",
+             "Generated by `scripts/list_refs.py` (do not edit by hand): every public ref, the torch",
+             "function it mirrors, its type promotion kind where it carries one, and the prims it",
+             "records when traced with float32 tensors (another dtype, named, where the ref refuses",
+             "float32; n/a where no generic call traces).", ""]
+    total = 0
+    for module_name, namespaces in MODULES:
+        module = importlib.import_module(module_name)
+        entries = public_refs(module)
+        total += len(entries)
+        lines += [f"## `{module_name}` ({len(entries)})", "",
+                  "| ref | torch | promotion | prims |", "|---|---|---|---|"]
+        for name, sym in entries:
+            label = f"`{name}`" + (f" (alias of `{sym.name}`)" if sym.name != name else "")
+            counterpart = torch_counterpart(name, namespaces)
+            kind = getattr(sym, "type_promotion_kind", None)
+            used, dtype = prims_of(sym)
+            if used is None:
+                prims_cell = "n/a"
+            else:
+                prims_cell = ", ".join(used) or "(none)"
+                if dtype is not torch.float32:
+                    prims_cell += f" (on {str(dtype).replace('torch.', '')})"
+            lines.append("| " + " | ".join(_cell(c) for c in (
+                label,
+                f"`{counterpart}`" if counterpart else "—",
+                getattr(kind, "name", str(kind)) if kind is not None else "—",
+                prims_cell,
+            )) + " |")
+        lines.append("")
+    lines += [f"**Total: {total} refs**", ""]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", "-o", help="write the page here instead of stdout")
+    options = parser.parse_args(argv)
+    page = render()
+    if options.output:
+        with open(options.output, "w") as f:
+            f.write(page)
+    else:
+        sys.stdout.write(page)
+
+
+if __name__ == "__main__":
+    main()
