@@ -6,8 +6,10 @@ real tensors it runs eagerly, one prim at a time; called on proxies it records a
 ``torch.special`` and ``refs.nn.functional`` mirrors ``torch.nn.functional``.
 """
 from primtrace.refs.arithmetic import *  # noqa: F401,F403
+from primtrace.refs.binary import *  # noqa: F401,F403
 from primtrace.refs.bitwise import *  # noqa: F401,F403
 from primtrace.refs.comparison import *  # noqa: F401,F403
+from primtrace.refs.ternary import *  # noqa: F401,F403
 from primtrace.refs.unary import *  # noqa: F401,F403
 from primtrace.refs.promotion import Kind, elementwise_dtypes, result_type  # noqa: F401
 from primtrace.refs import nn, special  # noqa: F401,E402

@@ -52,6 +52,8 @@ class OpSpec:
     rtol_scale: float = 1.0          # widen tolerance for ill-conditioned functions
     fixed_args: dict = field(default_factory=dict)  # position -> constant value
     mixed_dtypes: bool = True        # binary: also pair each dtype with others
+    arg_dtypes: dict = field(default_factory=dict)  # position -> the dtype it always has
+                                                     # (where's condition, masked_fill's mask)
 
     def __repr__(self):
         return self.name
@@ -127,11 +129,17 @@ def with_extremes(t, nonzero=False):
     return t
 
 
+def _specials(t):
+    """with_specials for float/complex tensors (a position with a fixed bool dtype stays)."""
+    return with_specials(t) if t.dtype.is_floating_point or t.dtype.is_complex else t
+
+
 # --- samples ---------------------------------------------------------------------------------
 LAYOUTS = ("contiguous", "transposed", "sliced", "expanded")
 
 
 def _tensor(spec, pos, shape, dtype, seed, layout="contiguous"):
+    dtype = spec.arg_dtypes.get(pos, dtype)
     return make_tensor(shape, dtype, seed=seed, domain=spec.domain,
                        nonzero=pos in spec.nonzero, layout=layout)
 
@@ -160,11 +168,12 @@ def samples(spec: OpSpec):
                               dict(kwargs), f"{name} empty{kw}")
             special = [_tensor(spec, p, (2, 5), dtype, seed=p + 11) for p in range(n)]
             if dtype.is_floating_point or dtype.is_complex:
-                special = [with_specials(special[0])] + special[1:]
+                special = [_specials(special[0])] + special[1:]
                 if n > 1:
-                    special = special[:1] + [with_specials(special[1]).flip(-1)] + special[2:]
+                    special = special[:1] + [_specials(special[1]).flip(-1)] + special[2:]
             elif dtype is not torch.bool:
-                special = [with_extremes(t, p in spec.nonzero) for p, t in enumerate(special)]
+                special = [with_extremes(t, p in spec.nonzero) if t.dtype is not torch.bool else t
+                           for p, t in enumerate(special)]
             yield SampleInput(_assemble(spec, special), dict(kwargs), f"{name} specials{kw}")
             if n >= 2:
                 shapes = [(3, 1), (1, 4), (4,), (1,)][:n]

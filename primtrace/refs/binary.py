@@ -1,0 +1,211 @@
+"""Binary math refs: atan2, hypot, copysign, nextafter, maximum/minimum, fmax/fmin, gcd, lcm
+(rows of a table: promotion kind + one prim), and the composites xlogy, logaddexp,
+logaddexp2, ldexp, heaviside written in prims.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from primtrace import dtypes, prims
+from primtrace.prims.meta import torch_dtype_name
+from primtrace.refs.arithmetic import mul, pow
+from primtrace.refs.binary_checks import (checked, exact_add, exact_sub, python_zero, require_tensor,
+                                          without_complex32)
+from primtrace.refs.core import (broadcast, broadcast_shapes, elementwise, inplace_variant,
+                                 is_tensor, ref, to_tensor)
+from primtrace.refs.out import copy_to_out
+from primtrace.refs.promotion import DEFAULT, INT_TO_FLOAT, NO_OPMATH
+
+__all__ = ["atan2", "arctan2", "hypot", "copysign", "nextafter", "maximum", "minimum", "fmax",
+           "fmin", "gcd", "lcm", "xlogy", "logaddexp", "logaddexp2", "ldexp", "heaviside",
+           "atan2_", "arctan2_", "hypot_", "copysign_", "nextafter_", "gcd_", "lcm_", "xlogy_",
+           "ldexp_", "heaviside_"]
+
+
+def make_binary(name, prim, kind, scalars=(), doc=None, check=None, complex32=True):
+    """A ref `name(input, other)` = `prim` on the promoted, broadcast operands.
+
+    `scalars` names the parameters eager lets be Python numbers; `check(input, other)` runs
+    on the promoted operands before the prim (for eager's dtype errors with their own text);
+    `complex32=False` where eager has no ComplexHalf kernel.
+    """
+    def body(input, other):
+        if check is not None:
+            check(input, other)
+        return prim(input, other)
+    body.__name__, body.__qualname__ = name, name
+    body.__doc__ = doc or f"{name}(input, other): prims.{prim.name} after {kind.value} promotion."
+    sym = elementwise(kind, ("input", "other"), scalars=tuple(scalars))(body)
+    if not complex32:
+        sym = without_complex32(f"{name}_cpu")(sym)
+    if len(scalars) == 2:  # either side may be a number, but not both
+        sym = checked(lambda input, other: require_tensor(name, input, other))(sym)
+    elif not scalars:  # no number overload: a TypeError before any dtype error
+        sym = checked(lambda input, other: _require_tensors(name, input, other))(sym)
+    return sym
+
+
+def _require_tensors(name, *args):
+    for position, x in enumerate(args):
+        if not is_tensor(x):
+            raise TypeError(f"{name}(): argument '{('input', 'other')[position]}' (position "
+                            f"{position + 1}) must be Tensor, not {type(x).__name__}")
+
+
+def _not_complex(name):
+    def check(input, other):
+        if input.dtype.is_complex:
+            raise RuntimeError(f"{name} not implemented for complex tensors.")
+    return check
+
+
+# name, prim, promotion kind, parameters that may be Python numbers
+_TABLE = [
+    ("atan2", prims.atan2, INT_TO_FLOAT, ()),
+    ("hypot", prims.hypot, DEFAULT, ()),
+    ("copysign", prims.copysign, INT_TO_FLOAT, ("other",)),
+    ("nextafter", prims.nextafter, NO_OPMATH, ()),
+    ("maximum", prims.maximum, DEFAULT, ()),   # NaN-propagating
+    ("minimum", prims.minimum, DEFAULT, ()),
+    ("fmax", prims.fmax, DEFAULT, ()),         # NaN-ignoring
+    ("fmin", prims.fmin, DEFAULT, ()),
+    ("gcd", prims.gcd, DEFAULT, ()),
+    ("lcm", prims.lcm, DEFAULT, ()),
+]
+_COMPLEX_IS_RUNTIME_ERROR = {"maximum", "minimum", "fmax", "fmin"}
+
+for _name, _prim, _kind, _scalars in _TABLE:
+    globals()[_name] = make_binary(
+        _name, _prim, _kind, _scalars,
+        check=_not_complex(_name) if _name in _COMPLEX_IS_RUNTIME_ERROR else None)
+arctan2 = atan2  # noqa: F821  (generated above)
+
+
+def _as_tensors(a, b):
+    like = a if is_tensor(a) else b
+    return tuple(x if is_tensor(x) else to_tensor(x, like.dtype, like.device) for x in (a, b))
+
+
+def _no_complex_kernel(name, t):
+    if t.dtype.is_complex:
+        raise NotImplementedError(f'"{name}_cpu" not implemented for \'{torch_dtype_name(t.dtype)}\'')
+
+
+def _xlogy_check(input, other):
+    require_tensor("xlogy", input, other)
+
+
+@checked(_xlogy_check)
+@without_complex32("xlogy_cpu")
+@elementwise(INT_TO_FLOAT, ("input", "other"), scalars="all")
+def xlogy(input, other):
+    """x * log(y), defined as 0 where x == 0 (even for y == 0) and nan where y is nan."""
+    x, y = _as_tensors(input, other)
+    _no_complex_kernel("xlogy", x)
+    product = prims.where(prims.eq(x, 0), 0.0, prims.mul(x, prims.log(y)))
+    return prims.where(prims.isnan(y), math.nan, product)
+
+
+@without_complex32("logaddexp_cpu")
+@elementwise(DEFAULT, ("input", "other"), scalars=())
+def logaddexp(input, other):
+    """log(exp(a) + exp(b)) without overflow: max + log1p(exp(-|a - b|)); equal infinities
+    return themselves (their difference would be nan)."""
+    a, b = input, other
+    if a.dtype.is_complex:
+        return _logaddexp_complex(a, b)
+    same_infinity = prims.bitwise_and(prims.isinf(a), prims.eq(a, b))
+    larger = prims.maximum(a, b)
+    result = prims.add(larger, prims.log1p(prims.exp(prims.neg(prims.abs(prims.sub(a, b))))))
+    return prims.where(same_infinity, a, result)
+
+
+def _logaddexp_complex(a, b):
+    """Eager's complex helper: order by real part (b first on ties), nan anywhere makes
+    nan + nan j, equal infinite real parts are handled apart, else log1p(exp(min - max)) + max."""
+    a_first = prims.lt(prims.real(a), prims.real(b))
+    low, high = prims.where(a_first, a, b), prims.where(a_first, b, a)
+    low_re, high_re = prims.real(low), prims.real(high)
+    general = exact_add(prims.log1p(prims.exp(exact_sub(low, high))), high)
+    infinite = prims.where(prims.lt(low_re, 0), low,
+                           prims.log(exact_add(prims.exp(low), prims.exp(high))))
+    same_infinity = prims.bitwise_and(prims.isinf(low_re), prims.eq(low_re, high_re))
+    result = prims.where(same_infinity, infinite, general)
+    any_nan = prims.bitwise_or(prims.isnan(a), prims.isnan(b))
+    return prims.where(any_nan, complex(math.nan, math.nan), result)
+
+
+@elementwise(DEFAULT, ("input", "other"), scalars=())
+def logaddexp2(input, other):
+    """log2(2**a + 2**b) = max + log1p(2**-|a - b|) / ln 2."""
+    a, b = input, other
+    _no_complex_kernel("logaddexp2", a)
+    same_infinity = prims.bitwise_and(prims.isinf(a), prims.eq(a, b))
+    larger = prims.maximum(a, b)
+    log1p_term = prims.log1p(prims.exp2(prims.neg(prims.abs(prims.sub(a, b)))))
+    result = prims.add(larger, prims.mul(log1p_term, 1.0 / math.log(2.0)))
+    return prims.where(same_infinity, a, result)
+
+
+@ref
+def ldexp(input, other, *, out=None):
+    """input * 2 ** other. A float input with an integer exponent is scaled exactly, as C's
+    ldexp(double, int) then rounded once to input's dtype; other cases multiply by a power
+    of two computed like eager's _pow2 (in float32 for integer and float32 inputs, else in
+    input's dtype, promoted with other)."""
+    if not (is_tensor(input) and is_tensor(other)):
+        raise TypeError("ldexp(): arguments 'input' and 'other' must be Tensors")
+    if out is not None and dtypes.is_integer(out.dtype):
+        raise RuntimeError(f"ldexp can't be cast to the desired output type {torch_dtype_name(out.dtype)}")
+    if (dtypes.is_integer(other.dtype) and input.dtype.is_floating_point
+            and (out is None or out.dtype == input.dtype)):
+        if other.dtype is torch.bool:
+            raise NotImplementedError('"ldexp_cpu_exp" not implemented for \'Bool\'')
+        result = _scale_by_power_of_two(input, other)
+        return result if out is None else copy_to_out(out, result, (input, other))
+    if dtypes.is_integer(input.dtype) or input.dtype is torch.float32:
+        power = pow(2.0, other)
+    else:
+        power = pow(to_tensor(2.0, input.dtype, input.device), other)
+    return mul(input, power, out=out)
+
+
+def _scale_by_power_of_two(x, e):
+    """x * 2**e computed in float64 and rounded once to x's dtype. e goes through int32 (the
+    int of std::ldexp) and is clamped to +-2100, beyond which every finite float64 over- or
+    underflows anyway; the power is applied in three exact factors 2**k, |k| <= 702."""
+    dtype = x.dtype
+    shape = broadcast_shapes(tuple(x.shape), tuple(e.shape))
+    x = broadcast(prims.convert_element_type(x, torch.float64), shape)
+    e = prims.convert_element_type(prims.convert_element_type(e, torch.int32), torch.float64)
+    limit = to_tensor(2100.0, torch.float64, e.device)
+    e = broadcast(prims.minimum(prims.maximum(e, prims.neg(limit)), limit), shape)
+    third = prims.pow(2.0, prims.trunc(prims.div(e, 3.0)))
+    rest = prims.pow(2.0, prims.sub(e, prims.mul(prims.trunc(prims.div(e, 3.0)), 2.0)))
+    return prims.convert_element_type(prims.mul(prims.mul(prims.mul(x, third), third), rest), dtype)
+
+
+def _heaviside_check(input, values, out=None):
+    if not (is_tensor(input) and is_tensor(values)):
+        raise TypeError("heaviside(): arguments 'input' and 'values' must be Tensors")
+    if input.dtype.is_complex or values.dtype.is_complex:
+        raise RuntimeError("heaviside is not yet implemented for complex tensors.")
+    if input.dtype != values.dtype or (out is not None and out.dtype != input.dtype):
+        raise RuntimeError("heaviside is not yet implemented for tensors with different dtypes.")
+
+
+@checked(_heaviside_check)
+@elementwise(DEFAULT, ("input", "values"), scalars=())
+def heaviside(input, values):
+    """0 for x < 0 (and nan), `values` where x == 0, 1 for x > 0."""
+    zero = python_zero(input.dtype)
+    step = prims.convert_element_type(prims.gt(input, zero), input.dtype)
+    return prims.where(prims.eq(input, zero), values, step)
+
+
+atan2_, hypot_, copysign_ = (inplace_variant(globals()[n]) for n in ("atan2", "hypot", "copysign"))
+nextafter_, gcd_, lcm_ = (inplace_variant(globals()[n]) for n in ("nextafter", "gcd", "lcm"))
+arctan2_ = atan2_
+xlogy_, ldexp_, heaviside_ = inplace_variant(xlogy), inplace_variant(ldexp), inplace_variant(heaviside)

@@ -1,0 +1,253 @@
+"""Refs with three operands or a selection: lerp, addcmul, addcdiv, clamp (and its one-bound
+forms), where, masked_fill.
+
+Python numbers in these ops are not wrapped tensors as in add: eager converts them to the
+op's dtype with c10's checked conversion, so an out-of-range number is an error
+(``check_fits``), and some of the ops fix their result dtype rather than promote.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from primtrace import dtypes, prims
+from primtrace.prims.meta import torch_dtype_name
+from primtrace.refs.binary_checks import (check_fits, check_out_dtype, checked, exact_add, exact_sub,
+                                          type_meta_name, without_complex32)
+from primtrace.refs.core import (broadcast, broadcast_shapes, elementwise, inplace_variant,
+                                 is_number, is_tensor, maybe_convert, ref, to_tensor)
+from primtrace.refs.promotion import DEFAULT, NO_OPMATH, result_type
+
+__all__ = ["lerp", "addcmul", "addcdiv", "clamp", "clip", "clamp_min", "clamp_max", "where",
+           "masked_fill", "lerp_", "addcmul_", "addcdiv_", "clamp_", "clip_", "clamp_min_",
+           "clamp_max_", "masked_fill_"]
+
+
+def _require_tensors(op_name, **named):
+    for pname, value in named.items():
+        if not is_tensor(value):
+            raise TypeError(f"{op_name}(): argument '{pname}' must be Tensor, not {type(value).__name__}")
+
+
+def _not_implemented(kernel, dtype):
+    return NotImplementedError(f'"{kernel}" not implemented for \'{torch_dtype_name(dtype)}\'')
+
+
+# --- lerp --------------------------------------------------------------------------------------
+def _lerp_check(input, end, weight, out=None):
+    _require_tensors("lerp", input=input, end=end)
+    if end.dtype != input.dtype:
+        raise RuntimeError(f"expected dtype {type_meta_name(input.dtype)} for `end` but got dtype "
+                           f"{type_meta_name(end.dtype)}")
+    if is_tensor(weight) and weight.ndim > 0:  # no promotion at all: out= too must match
+        if weight.dtype != input.dtype:
+            raise RuntimeError(f"expected dtype {type_meta_name(input.dtype)} for `weight` but "
+                               f"got dtype {type_meta_name(weight.dtype)}")
+        check_out_dtype(out, input.dtype)
+    if is_number(weight):
+        if dtypes.is_integer(input.dtype):
+            raise _not_implemented("lerp_kernel_scalar", input.dtype)
+        check_fits(weight, dtypes.opmath(input.dtype))
+
+
+@checked(_lerp_check)
+@without_complex32("lerp_kernel_tensor")
+@elementwise(DEFAULT, ("input", "end", "weight"), scalars=("weight",))
+def lerp(input, end, weight):
+    """input + weight * (end - input), evaluated from the nearer end for accuracy:
+    end - (end - input) * (1 - weight) once |weight| >= 0.5. A number weight keeps the
+    dtype of input; only a 0-dim weight tensor takes part in promotion."""
+    if dtypes.is_integer(input.dtype):
+        raise _not_implemented("lerp_kernel_tensor", input.dtype)
+    w = weight if is_tensor(weight) else to_tensor(weight, input.dtype, input.device)
+    diff = exact_sub(end, input)
+    from_start = exact_add(input, prims.mul(w, diff))
+    from_end = exact_sub(end, prims.mul(diff, exact_sub(to_tensor(1, w.dtype, w.device), w)))
+    return prims.where(prims.lt(prims.abs(w), 0.5), from_start, from_end)
+
+
+# --- addcmul, addcdiv ----------------------------------------------------------------------------
+def _addc_check(op_name):
+    def check(input, tensor1, tensor2, *, value=1):
+        _require_tensors(op_name, input=input, tensor1=tensor1, tensor2=tensor2)
+        if not is_number(value):
+            raise TypeError(f"{op_name}(): argument 'value' must be Number, not {type(value).__name__}")
+        if op_name == "addcdiv" and dtypes.is_integer(tensor1.dtype) and dtypes.is_integer(tensor2.dtype):
+            raise RuntimeError(
+                "Integer division with addcdiv is no longer supported, and in a future  release "
+                "addcdiv will perform a true division of tensor1 and tensor2. The historic "
+                "addcdiv behavior can be implemented as (input + value * torch.trunc(tensor1 / "
+                "tensor2)).to(input.dtype) for integer inputs and as (input + value * tensor1 / "
+                "tensor2) for float inputs. The future addcdiv behavior is just the latter "
+                "implementation: (input + value * tensor1 / tensor2), for all dtypes.")
+        dtype = result_type(input, tensor1, tensor2)
+        if dtype is torch.bool:
+            raise _not_implemented(f"{op_name}_cpu_out", dtype)
+        check_fits(value, dtypes.opmath(dtype))
+    return check
+
+
+def _value(value, like):
+    """`value` in the computation dtype (an integer computation truncates a float value)."""
+    return to_tensor(value, like.dtype, like.device)
+
+
+@checked(_addc_check("addcmul"))
+@elementwise(DEFAULT, ("input", "tensor1", "tensor2"), scalars=())
+def addcmul(input, tensor1, tensor2, *, value=1):
+    """input + value * tensor1 * tensor2"""
+    return exact_add(input, prims.mul(prims.mul(_value(value, input), tensor1), tensor2))
+
+
+@checked(_addc_check("addcdiv"))
+@without_complex32("addcdiv_cpu_out")
+@elementwise(DEFAULT, ("input", "tensor1", "tensor2"), scalars=())
+def addcdiv(input, tensor1, tensor2, *, value=1):
+    """input + value * tensor1 / tensor2 (integer tensor1 and tensor2 are refused)."""
+    return exact_add(input, prims.div(prims.mul(_value(value, input), tensor1), tensor2))
+
+
+# --- clamp ---------------------------------------------------------------------------------------
+def _number_like(t):
+    """A 0-dim tensor read as a number (eager's Scalar overloads) promotes as a number would."""
+    cat = dtypes.category(t.dtype)
+    return maybe_convert(t, {dtypes.Category.BOOL: torch.bool, dtypes.Category.INTEGER: torch.int64,
+                             dtypes.Category.FLOATING: dtypes.default_float(),
+                             dtypes.Category.COMPLEX: dtypes.default_complex()}[cat])
+
+
+def _clamp_check(input, min=None, max=None, out=None, *, name="clamp"):
+    """Eager's two overloads. With tensor bounds it promotes normally. With a number among
+    the bounds (its Scalar overload, where a 0-dim tensor bound is read as a number) the
+    numbers must convert to the result dtype without overflow, there is no bool kernel and
+    out= must have the result dtype; clamp (not clamp_min/clamp_max) also keeps a float
+    input's dtype, so a complex number there is an overflow, not a complex result."""
+    _require_tensors(name, input=input)
+    bounds = [b for b in (min, max) if b is not None]
+    if not bounds:
+        raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+    numbers = [b for b in bounds if is_number(b)]
+    if numbers and any(is_tensor(b) and b.ndim > 0 for b in bounds):  # no overload matches
+        raise TypeError(f"{name}() received an invalid combination of arguments - got a number "
+                        "and a dimensioned tensor as bounds")
+    if input.dtype.is_complex:
+        raise NotImplementedError("clamp is not supported for complex types")
+    if not numbers:
+        return
+    if name == "clamp" and input.dtype.is_floating_point:
+        dtype = input.dtype
+    else:
+        dtype = result_type(input, *(b if is_number(b) else _number_like(b) for b in bounds))
+    if dtype.is_complex:
+        raise NotImplementedError("clamp is not supported for complex types")
+    for b in numbers:
+        check_fits(b, dtype)
+    if dtype is torch.bool:
+        raise _not_implemented(f"{name}_scalar_cpu", dtype)
+    check_out_dtype(out, dtype)
+
+
+def _bound(b, like):
+    """A number bound as a 0-dim tensor (maximum/minimum take tensors only)."""
+    return b if is_tensor(b) else to_tensor(b, like.dtype, like.device)
+
+
+@checked(lambda input, min, out=None: _clamp_check(input, min, None, out, name="clamp_min"))
+@elementwise(DEFAULT, ("input", "min"))
+def clamp_min(input, min):
+    """max(input, min), nan-propagating."""
+    return prims.maximum(input, _bound(min, input))
+
+
+@checked(lambda input, max, out=None: _clamp_check(input, None, max, out, name="clamp_max"))
+@elementwise(DEFAULT, ("input", "max"))
+def clamp_max(input, max):
+    """min(input, max), nan-propagating."""
+    return prims.minimum(input, _bound(max, input))
+
+
+def _one_bound_forms(sym):
+    """clamp with a bound left out is clamp_min or clamp_max (None cannot be promoted)."""
+    both = sym.fn
+
+    @functools.wraps(both)
+    def dispatch(input, min=None, max=None, *, out=None):
+        _clamp_check(input, min, max, out)
+        if any(is_number(b) for b in (min, max)):
+            min, max = (_number_like(b) if is_tensor(b) else b for b in (min, max))
+        if max is None:
+            return clamp_min(input, min, out=out)
+        if min is None:
+            return clamp_max(input, max, out=out)
+        return both(input, min, max, out=out)
+    sym.fn = dispatch
+    return sym
+
+
+@_one_bound_forms
+@elementwise(DEFAULT, ("input", "min", "max"))
+def clamp(input, min=None, max=None):
+    """min(max(input, min), max): nan anywhere gives nan, and min > max gives max (there
+    is a bool kernel for one bound, not for two)."""
+    if input.dtype is torch.bool:
+        raise _not_implemented("clamp_cpu", input.dtype)
+    return prims.minimum(prims.maximum(input, _bound(min, input)), _bound(max, input))
+
+
+clip = clamp
+
+
+# --- where, masked_fill ----------------------------------------------------------------------------
+def _where_check(condition, input, other, out=None):
+    _require_tensors("where", condition=condition)
+    if out is not None:  # out= exists only for tensors, and takes no cast
+        _require_tensors("where", input=input, other=other)
+        check_out_dtype(out, result_type(input, other))
+    if condition.dtype is not torch.bool:
+        raise RuntimeError("where expected condition to be a boolean tensor, but got a tensor with "
+                           f"dtype {torch_dtype_name(condition.dtype)}")
+
+
+@checked(_where_check)
+@elementwise(NO_OPMATH, ("input", "other"), scalars="all")
+def where(condition, input, other):
+    """condition ? input : other. Numbers are converted to the result dtype as torch.full
+    does: checked for overflow, except into float16/bfloat16 (which round to inf)."""
+    dtype = (input if is_tensor(input) else other).dtype
+    for x in (input, other):
+        if is_number(x) and dtype not in (torch.float16, torch.bfloat16):
+            check_fits(x, dtype)
+    shape = broadcast_shapes(*(tuple(x.shape) for x in (condition, input, other) if is_tensor(x)))
+    return prims.where(broadcast(condition, shape), broadcast(input, shape), broadcast(other, shape))
+
+
+def _masked_fill_check(input, mask, value):
+    _require_tensors("masked_fill", input=input, mask=mask)
+    if mask.dtype is not torch.bool:
+        raise RuntimeError("masked_fill_ only supports boolean masks, but got mask with dtype "
+                           f"{type_meta_name(mask.dtype)}")
+    if is_tensor(value) and value.ndim > 0:
+        raise RuntimeError("masked_fill_ only supports a 0-dimensional value tensor, but got tensor "
+                           f"with {value.ndim} dimension(s).")
+    if is_number(value):
+        check_fits(value, input.dtype)
+    elif not is_tensor(value):
+        raise TypeError(f"masked_fill(): argument 'value' must be Number, not {type(value).__name__}")
+
+
+@checked(_masked_fill_check)
+@ref
+def masked_fill(input, mask, value):
+    """`value` where mask is True, else input; the result keeps input's dtype (no promotion)
+    and has the broadcast shape of input and mask."""
+    shape = broadcast_shapes(tuple(input.shape), tuple(mask.shape))
+    fill = maybe_convert(value, input.dtype) if is_tensor(value) else to_tensor(
+        value, input.dtype, input.device)
+    return prims.where(broadcast(mask, shape), fill, broadcast(input, shape))
+
+
+lerp_, addcmul_, addcdiv_ = inplace_variant(lerp), inplace_variant(addcmul), inplace_variant(addcdiv)
+clamp_, clamp_min_, clamp_max_ = inplace_variant(clamp), inplace_variant(clamp_min), inplace_variant(clamp_max)
+clip_ = clamp_
+masked_fill_ = inplace_variant(masked_fill)
