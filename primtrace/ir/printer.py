@@ -29,6 +29,8 @@ def format_value(v) -> str:
     if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
         return f'float("{v}")'
     if isinstance(v, torch.Tensor):
+        if v.ndim == 0 and v.device.type != "meta":
+            return f"<constant {dtypes.short_name(v.dtype)}[] {v.item()!r}>"
         return f"<constant {dtypes.short_name(v.dtype)}{list(v.shape)}>"
     return repr(v)
 

@@ -99,6 +99,14 @@ class NumberProxy(Proxy):
     def __hash__(self):
         return id(self)
 
+    def __format__(self, spec):
+        return format(self._read(), spec)
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        # lets torch.add(tensor, n) reach the tracer when n is a runtime number
+        return _dispatch(func, args, kwargs)
+
 
 def _binary_number_op(name):
     op = getattr(__import__("operator"), name)

@@ -49,11 +49,11 @@ class Symbol:
 
     @property
     def qualname(self) -> str:
-        return f"{self.module}.{self.name}"
+        return f"{self.module}.{self.name}" if self.module else self.name
 
     def __call__(self, *args, **kwargs):
         trace = current_trace()
-        if trace is not None and has_proxy(args, kwargs):
+        if trace is not None and (trace.record_constants or has_proxy(args, kwargs)):
             return self._record(trace, args, kwargs)
         if self.kind == "ref":
             return self.fn(*args, **kwargs)
@@ -62,6 +62,9 @@ class Symbol:
         return self.impl(*args, **kwargs)
 
     def _record(self, trace, args, kwargs):
+        resolve = getattr(trace, "resolve_args", None)
+        if resolve is not None:  # the tracer's view of mutated values (x.add_(y) then x)
+            args, kwargs = resolve(args, kwargs)
         node = Node(self, args, kwargs, None, source=getattr(trace, "source_line", None))
         if self.kind == "ref":
             with trace.scope(node):

@@ -38,6 +38,7 @@ class Node:
     outputs: Any
     subnodes: list = field(default_factory=list)
     source: str | None = None  # the user's line that produced this node
+    executor: Any = None       # set in the execution trace: the executor that runs this node
 
     @property
     def inputs(self) -> list[Proxy]:
@@ -71,6 +72,12 @@ class Trace:
         self._counter = itertools.count()
         self._scopes: list[list[Node]] = [self.nodes]
 
+    #: The user's source line for new nodes (a tracer may compute it from the stack).
+    source_line: str | None = None
+    #: While true, symbols record nodes even when no proxy is among their arguments
+    #: (the tracer sets it for factories such as ``torch.ones`` so they run per call).
+    record_constants: bool = False
+
     # --- building -----------------------------------------------------------------------
     def fresh_name(self, prefix: str = "t") -> str:
         return f"{prefix}{next(self._counter)}"
@@ -93,6 +100,11 @@ class Trace:
             yield node
         finally:
             self._scopes.pop()
+
+    @property
+    def depth(self) -> int:
+        """How many ref-level nodes are being recorded around this point (0: top level)."""
+        return len(self._scopes) - 1
 
     def derive(self, nodes: list[Node], stage: str) -> "Trace":
         """A new trace with the same signature and outputs and the given nodes."""
@@ -119,6 +131,11 @@ class Trace:
             for p in node.output_proxies:
                 producer[p.name] = i
         return g
+
+    def draw(self, path, **options):
+        """Write a picture of the dataflow graph (.png/.svg/.pdf); see primtrace.ir.draw.draw."""
+        from primtrace.ir.draw import draw
+        return draw(self, path, **options)
 
     def __str__(self):
         from primtrace.ir.printer import format_trace

@@ -1,0 +1,33 @@
+"""primtrace: PyTorch's elementwise semantics as readable refs over strict prims, traced
+into inspectable traces and run through pluggable executors.
+
+    jfn = primtrace.jit(fn)            # compile on first call per input kind, then cached
+    primtrace.last_traces(jfn)         # acquisition, prims, optimized, execution traces
+    primtrace.trace(fn)(*args)         # the trace, without running fn
+    primtrace.explain(fn, *args)       # ops that have no ref (run as opaque torch calls)
+"""
+from primtrace import dtypes  # noqa: F401  (refs and prims load on first use)
+from primtrace.executors import (TORCH, Executor, FusionExecutor, OperatorExecutor, Region,
+                                 TorchExecutor, default_executors)
+from primtrace.ir import Node, Trace
+from primtrace.jit import (CacheInfo, Explanation, JitFunction, cache_info, explain, jit,
+                           last_trace, last_traces, trace)
+from primtrace.tracer import DataDependentError, OpaqueOpWarning, TracingError
+
+
+
+def __getattr__(name):
+    """``primtrace.refs`` and ``primtrace.prims`` load on first use (importing primtrace stays
+    light, and a ref being edited cannot break ``import primtrace``)."""
+    if name in ("refs", "prims"):
+        import importlib
+        return importlib.import_module(f"primtrace.{name}")
+    raise AttributeError(f"module 'primtrace' has no attribute {name!r}")
+
+
+__all__ = [
+    "jit", "trace", "last_traces", "last_trace", "explain", "cache_info",
+    "Executor", "OperatorExecutor", "FusionExecutor", "Region", "TorchExecutor", "TORCH",
+    "default_executors", "JitFunction", "CacheInfo", "Explanation", "Trace", "Node",
+    "TracingError", "DataDependentError", "OpaqueOpWarning",
+]

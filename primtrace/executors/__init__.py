@@ -1,0 +1,17 @@
+"""Executors: what runs the nodes of a trace. See :mod:`primtrace.executors.base` for the API.
+
+``default_executors()`` is the priority list ``jit`` uses when given none; the torch
+executor is appended after any list, so it need not be in it.
+"""
+from primtrace.executors.base import (Executor, FusionExecutor, OperatorExecutor, Region,
+                                      creates_cycle, dependency_graph)
+from primtrace.executors.torch_executor import TORCH, TorchExecutor
+
+
+def default_executors() -> list[Executor]:
+    """The executors ``jit`` uses by default, in priority order (a fusion executor goes first)."""
+    return [TORCH]
+
+
+__all__ = ["Executor", "OperatorExecutor", "FusionExecutor", "Region", "TorchExecutor", "TORCH",
+           "default_executors", "dependency_graph", "creates_cycle"]

@@ -1,0 +1,169 @@
+"""Compile an execution trace into one plain Python function.
+
+Each node becomes one call of its executor's implementation, bound as a global of the
+generated module, so a cached call runs straight-line Python: no per-node dispatch, no
+dictionary of values. Intermediates are deleted after their last use, as eager frees its
+temporaries. The source is kept (``fn.__primtrace_source__``) and registered with linecache,
+so tracebacks show the generated lines.
+"""
+from __future__ import annotations
+
+import itertools
+import linecache
+import math
+import re
+
+import torch
+
+from primtrace.ir.proxy import Proxy
+from primtrace.ir.trace import Node, Trace, proxies_in
+
+_ids = itertools.count()
+
+
+class _Emitter:
+    def __init__(self):
+        self.globals: dict = {}
+        self._by_id: dict[int, str] = {}
+
+    def bind(self, value, hint: str) -> str:
+        """A global name for `value` (one per object), readable where a hint allows."""
+        name = self._by_id.get(id(value))
+        if name is None:
+            base = "__pt_" + re.sub(r"\W", "_", hint)
+            name, i = base, 1
+            while name in self.globals:
+                name, i = f"{base}_{i}", i + 1
+            self.globals[name] = value
+            self._by_id[id(value)] = name
+        return name
+
+    def expr(self, v) -> str:
+        """A Python expression for an argument or result: proxies by name, constants inline."""
+        if isinstance(v, Proxy):
+            return v.name
+        t = type(v)
+        if v is None or t is bool or t is int or t is str:
+            return repr(v)
+        if t is float and math.isfinite(v):
+            return repr(v)
+        if t is tuple:
+            items = [self.expr(x) for x in v]
+            return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+        if t is list:
+            return "[" + ", ".join(self.expr(x) for x in v) + "]"
+        if t is dict:
+            return "{" + ", ".join(f"{self.expr(k)}: {self.expr(x)}" for k, x in v.items()) + "}"
+        if isinstance(v, tuple) and proxies_in(tuple(v)):  # a namedtuple or torch.return_types
+            return f"{self.bind(type(v), type(v).__name__)}({self.expr(tuple(v))})"
+        if isinstance(v, torch.dtype):
+            return self.bind(v, str(v).replace("torch.", ""))
+        return self.bind(v, "k")
+
+    def targets(self, outputs) -> tuple[str, list[str]]:
+        """(assignment target, extra lines) that bind the output proxies of a call's result."""
+        if isinstance(outputs, Proxy):
+            return outputs.name, []
+        if not proxies_in(outputs):
+            return "", []
+        if isinstance(outputs, (tuple, list)) and not any(
+                isinstance(x, dict) for x in _containers(outputs)):
+            return self._pattern(outputs), []
+        tmp = f"__pt_tmp{next(_ids)}"
+        return tmp, [f"{p.name} = {tmp}{path}" for p, path in _paths(outputs, "")]
+
+    def _pattern(self, outputs) -> str:
+        if isinstance(outputs, Proxy):
+            return outputs.name
+        if isinstance(outputs, (tuple, list)):
+            items = [self._pattern(x) for x in outputs]
+            return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")" if items else "()"
+        return "_"
+
+
+def _containers(obj):
+    if isinstance(obj, (tuple, list, dict)):
+        yield obj
+        for x in (obj.values() if isinstance(obj, dict) else obj):
+            yield from _containers(x)
+
+
+def _paths(obj, path):
+    if isinstance(obj, Proxy):
+        yield obj, path
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _paths(v, f"{path}[{k!r}]")
+    elif isinstance(obj, (tuple, list)):
+        for i, v in enumerate(obj):
+            yield from _paths(v, f"{path}[{i}]")
+
+
+def _fresh_constants(expr: str, em: _Emitter, made_while_tracing: set) -> str:
+    """A returned tensor that tracing made (a ref's constant) is copied on every call, since
+    eager makes a new one each time; a tensor the user's code closes over is returned as is."""
+    for name, value in em.globals.items():
+        if isinstance(value, torch.Tensor) and id(value) in made_while_tracing:
+            expr = re.sub(rf"\b{name}\b", f"{name}.clone()", expr)
+    return expr
+
+
+def implementation(node: Node):
+    """The callable that runs `node`: a fused node's compiled region, else its executor's impl."""
+    if node.symbol.kind == "fused":
+        return node.symbol.impl
+    return node.executor.implementation(node)
+
+
+def compile_trace(trace: Trace):
+    """A Python function taking the trace's inputs positionally and returning its outputs."""
+    em = _Emitter()
+    params = [p.name for p in trace.inputs]
+    input_names = set(params)
+    last_use: dict[str, int] = {}
+    for i, node in enumerate(trace.nodes):
+        for p in node.inputs:
+            last_use[p.name] = i
+    returned = {p.name for p in proxies_in(trace.outputs)}
+    lines = [f"def {_fn_name(trace)}({', '.join(params)}):"]
+    for i, node in enumerate(trace.nodes):
+        fn = em.bind(implementation(node), node.symbol.name)
+        args = [em.expr(a) for a in node.args] + [f"{k}={em.expr(v)}" for k, v in node.kwargs.items()]
+        call = f"{fn}({', '.join(args)})"
+        used = [p for p in node.output_proxies if p.name in last_use and last_use[p.name] > i
+                or p.name in returned]
+        target, extra = em.targets(node.outputs) if used else ("", [])
+        lines.append(f"    {target} = {call}" if target else f"    {call}")
+        lines += [f"    {line}" for line in extra]
+        dead = sorted({p.name for p in node.inputs if last_use[p.name] == i
+                       and p.name not in returned and p.name not in input_names})
+        if dead:
+            lines.append(f"    del {', '.join(dead)}")
+    made = trace.tags.get("trace_time_tensors", set())
+    lines.append(f"    return {_fresh_constants(em.expr(trace.outputs), em, made)}")
+    source = "\n".join(lines) + "\n"
+    filename = f"<primtrace:{trace.name}:{next(_ids)}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace = dict(em.globals)
+    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - our own generated code
+    fn = namespace[_fn_name(trace)]
+    fn.__primtrace_source__ = source
+    return _forwarded(trace) or fn, source
+
+
+def _forwarded(trace: Trace):
+    """The one callable a trace only forwards its inputs to (``return add(a, b)``), or None.
+
+    Calling it directly saves the generated function's frame on the cheapest traces."""
+    if len(trace.nodes) != 1:
+        return None
+    node = trace.nodes[0]
+    if (node.kwargs or node.outputs is not trace.outputs or not isinstance(node.outputs, Proxy)
+            or len(node.args) != len(trace.inputs)
+            or any(a is not p for a, p in zip(node.args, trace.inputs))):
+        return None
+    return implementation(node)
+
+
+def _fn_name(trace: Trace) -> str:
+    return f"__pt_run_{trace.name}" if trace.name.isidentifier() else "__pt_run"

@@ -1,0 +1,439 @@
+"""Capturing plain PyTorch code into an acquisition trace.
+
+Calls reach :func:`dispatch` from three doors: ``__torch_function__`` on proxies (``torch.*``
+functions), the proxy's operators and methods (``primtrace.ir.proxy.set_dispatcher``), and a
+``TorchFunctionMode`` that sees factories (``torch.ones``) which have no proxy to dispatch
+on. A call with a ref runs the ref on the proxies, which records one ref-level node with its
+prims nested under it; a call without one becomes an opaque torch node whose output
+metadata comes from running it on meta tensors.
+
+In-place methods and ``out=`` are functionalized: the ref computes out of place and writes
+with ``prims.copy_to``; the copy's output is the variable's new version, and every later
+read of the old proxy is redirected to it (``TracingTrace.resolve_args``), so dataflow
+orders the reads after the write and the caller's tensor is mutated at run time.
+"""
+from __future__ import annotations
+
+import contextlib
+import linecache
+import os
+import sys
+import warnings
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from primtrace.ir import proxy as _proxy
+from primtrace.ir.proxy import NumberProxy, Proxy, TensorProxy, TensorSpec
+from primtrace.ir.symbol import Symbol, has_proxy
+from primtrace.ir.trace import Node, Trace, current_trace, tracing, tree_flatten
+from primtrace.tracer import mapping
+from primtrace.tracer.inputs import proxify
+
+
+class TracingError(RuntimeError):
+    """A function cannot be traced as written (the base of primtrace's tracing errors)."""
+
+
+class DataDependentError(TracingError):
+    """User code reads a tensor's values into Python while tracing (if t.sum() > 0: ...)."""
+
+
+class OpaqueOpWarning(UserWarning):
+    """A torch function has no ref and runs as an opaque torch call."""
+
+
+# --- where in the user's code are we? -----------------------------------------------------
+def _dir(module) -> str:
+    return os.path.dirname(os.path.abspath(module.__file__)) + os.sep
+
+
+# primtrace's own package, torch, and the standard library are never "the user's line"
+_INTERNAL = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep, _dir(torch),
+             "<primtrace")
+_STDLIB = _dir(os)
+
+
+def _is_internal(filename: str) -> bool:
+    return filename.startswith(_INTERNAL) or (
+        filename.startswith(_STDLIB) and "site-packages" not in filename)
+
+
+def user_location():
+    """(filename, lineno, text) of the innermost frame outside primtrace, torch and stdlib."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not _is_internal(filename):
+            lineno = frame.f_lineno
+            return filename, lineno, linecache.getline(filename, lineno).strip()
+        frame = frame.f_back
+    return None
+
+
+def _describe_location(loc) -> str:
+    if loc is None:
+        return "at an unknown line"
+    filename, lineno, text = loc
+    return f"at {filename}:{lineno}: {text}" if text else f"at {filename}:{lineno}"
+
+
+# --- the trace the tracer builds ------------------------------------------------------------
+class TracingTrace(Trace):
+    """A trace under construction: knows the user's line and the versions of mutated values."""
+
+    def __init__(self, name: str = "fn"):
+        super().__init__(name)
+        self.versions: dict[str, Proxy] = {}   # proxy name -> its value after a mutation
+        self.bypass = 0                         # > 0 while running torch on meta tensors
+
+    @property
+    def source_line(self):
+        loc = user_location()
+        if loc is None:
+            return None
+        return loc[2] or f"{os.path.basename(loc[0])}:{loc[1]}"
+
+    def latest(self, p):
+        while isinstance(p, Proxy) and p.name in self.versions:
+            p = self.versions[p.name]
+        return p
+
+    def resolve(self, obj):
+        """`obj` with every proxy replaced by its latest version."""
+        if not self.versions:
+            return obj
+        return tree_map(self.latest, obj)
+
+    def resolve_args(self, args, kwargs):
+        if not self.versions:
+            return args, kwargs
+        return tree_map(self.latest, args), tree_map(self.latest, kwargs)
+
+    def record(self, node: Node) -> Node:
+        super().record(node)
+        sym = node.symbol
+        if (sym.kind == "prim" and "inplace" in sym.tags and node.args
+                and isinstance(node.args[0], TensorProxy) and isinstance(node.outputs, TensorProxy)):
+            self.versions[node.args[0].name] = node.outputs
+        return node
+
+
+def tree_map(fn, obj):
+    """Apply `fn` to the leaves of a nest of tuples, lists and dicts."""
+    t = type(obj)
+    if t is tuple or t is list:
+        return t(tree_map(fn, x) for x in obj)
+    if t is dict:
+        return {k: tree_map(fn, v) for k, v in obj.items()}
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return t(*(tree_map(fn, x) for x in obj))
+    return fn(obj)
+
+
+# --- the dispatcher ----------------------------------------------------------------------------
+def dispatch(func, args, kwargs):
+    """Turn one torch-level call on proxies into refs (or an opaque node) in the current trace."""
+    trace = current_trace()
+    if trace is None:
+        raise TracingError(f"{mapping.display_name(func)} was called on a primtrace proxy "
+                           f"outside of tracing")
+    target = mapping.resolve(func)
+    if target.name in mapping.DATA_DEPENDENT:
+        raise DataDependentError(_data_dependent_message(func, target))
+    if target.name == "__iter__":
+        return iter(dispatch(torch.Tensor.unbind, args[:1], {}))
+    written = kwargs.get("out") if isinstance(kwargs.get("out"), TensorProxy) else (
+        args[0] if args and isinstance(args[0], TensorProxy) else None)
+    resolve = getattr(trace, "resolve_args", None)
+    if resolve is not None:
+        args, kwargs = resolve(args, kwargs)
+    result = NotImplemented
+    if target.ref is not None:
+        result = _call_ref(trace, target, args, kwargs)
+    if result is NotImplemented:
+        result = record_opaque(trace, func, target, args, kwargs)
+    if written is not None and hasattr(trace, "latest") and result is not written and (
+            isinstance(result, TensorProxy) and trace.latest(written) is result):
+        return written  # x.add_(y) returns x itself, as eager; reads of x see the new version
+    return result
+
+
+def _data_dependent_message(func, target) -> str:
+    what = {"__bool__": "bool(tensor)", "__int__": "int(tensor)", "__float__": "float(tensor)",
+            "__index__": "using a tensor as an index", "item": "tensor.item()",
+            "__contains__": "`in` on a tensor"}.get(target.name, mapping.display_name(func))
+    return (f"data-dependent control flow: {what} reads a tensor's value, which is unknown "
+            f"while tracing\n  {_describe_location(user_location())}\n"
+            f"primtrace traces tensors symbolically; use torch.where for elementwise choices "
+            f"or move the check outside the jitted function")
+
+
+def _accepts(ref: Symbol, name: str) -> bool:
+    import inspect
+    try:
+        params = inspect.signature(ref).parameters
+    except (TypeError, ValueError):
+        return True
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def _call_ref(trace, target, args, kwargs):
+    ref, kwargs = target.ref, dict(kwargs)
+    if target.swap and len(args) >= 2:
+        args = (args[1], args[0], *args[2:])
+    if "inplace" in kwargs and not _accepts(ref, "inplace"):
+        if kwargs.pop("inplace"):
+            ref = mapping.find_inplace_ref(target.namespace, target.name)
+            if ref is None:
+                return NotImplemented
+    out = None
+    if isinstance(kwargs.get("out"), TensorProxy) and not _accepts(ref, "out"):
+        out = kwargs.pop("out")
+    bound = mapping.bind(ref, args, kwargs)
+    if bound is None:
+        return NotImplemented
+    with _recording_constants(trace, not has_proxy(*bound)):
+        result = ref(*bound[0], **bound[1])
+    if out is not None:
+        from primtrace.refs.out import copy_to_out
+        result = copy_to_out(out, result, args)
+    return result
+
+
+@contextlib.contextmanager
+def _recording_constants(trace, on: bool):
+    """Record a factory's prims even though no proxy is among their arguments."""
+    if not on:
+        yield
+        return
+    previous = trace.record_constants
+    trace.record_constants = True
+    try:
+        yield
+    finally:
+        trace.record_constants = previous
+
+
+# --- opaque torch calls -----------------------------------------------------------------------
+_opaque_symbols: dict = {}
+_warned: set = set()
+
+
+def reset_warnings() -> None:
+    """Forget which opaque ops were warned about (each warns once per process)."""
+    _warned.clear()
+
+
+def _warn_once(name: str) -> None:
+    if name not in _warned:
+        _warned.add(name)
+        message = (f"primtrace: {name} has no ref; it is recorded as an opaque torch call and "
+                   f"run by the torch executor")
+        loc = user_location()
+        if loc is None:
+            warnings.warn(message, OpaqueOpWarning, stacklevel=2)
+        else:  # point at the user's line, not at the tracer
+            warnings.warn_explicit(message, OpaqueOpWarning, loc[0], loc[1])
+
+
+def opaque_symbol(func, mutates: str | None = None) -> Symbol:
+    """The Symbol of an opaque torch call (one per function, so CSE and executors see one op).
+
+    `mutates` is "self" or "out" for calls that write into an argument: their impl returns
+    the written tensor, which is the new version of that argument in the trace.
+    """
+    key = (func, mutates)
+    sym = _opaque_symbols.get(key)
+    if sym is None:
+        _, name = mapping.torch_name(func)
+        if mutates == "out":
+            def impl(*args, **kwargs):
+                func(*args, **kwargs)
+                return kwargs["out"]
+        elif mutates == "self":
+            def impl(self, *args, **kwargs):
+                func(self, *args, **kwargs)
+                return self
+        else:
+            impl = func
+        sym = Symbol(name, kind="opaque", impl=impl, module=mapping.print_module(func),
+                     tags=frozenset({"inplace"}) if mutates else frozenset(),
+                     doc=f"torch's {name}, run as is (primtrace has no ref for it).")
+        sym.torch_function = func
+        _opaque_symbols[key] = sym
+    return sym
+
+
+def _meta_tensor(shape, strides, dtype):
+    return torch.empty_strided(tuple(shape), tuple(strides), dtype=dtype, device="meta")
+
+
+def _to_meta(obj, memo: dict):
+    def convert(x):
+        if isinstance(x, TensorProxy):
+            m = _meta_tensor(x.shape, x.stride(), x.dtype)
+            memo[x.name] = m
+            return m
+        if isinstance(x, NumberProxy):
+            # an int may become a shape: its value then decides the trace
+            return x._read() if x.python_type in (int, bool) else x.value
+        if isinstance(x, torch.Tensor) and x.device.type != "meta":
+            return _meta_tensor(x.shape, x.stride(), x.dtype)
+        if _as_device(x) is not None:  # x.to("cuda") on meta stays on meta
+            return torch.device("meta")
+        return x
+    return tree_map(convert, obj)
+
+
+def _as_device(x):
+    """x as a torch.device if it names one (a device object or a string like "cuda:0")."""
+    if isinstance(x, torch.device):
+        return x
+    if isinstance(x, str) and x.split(":")[0] in ("cpu", "cuda", "mps", "xpu", "meta"):
+        try:
+            return torch.device(x)
+        except RuntimeError:
+            return None
+    return None
+
+
+def _output_device(func, args, kwargs):
+    """The device of an opaque call's outputs (meta tensors only know they are on meta)."""
+    name = mapping.torch_name(func)[1]
+    if name in ("cpu", "cuda"):
+        return torch.device(name)
+    for leaf in tree_flatten(([kwargs.get("device")], args, kwargs)):
+        device = _as_device(leaf)
+        if device is not None:
+            return device
+    for leaf in tree_flatten((args, kwargs)):
+        if isinstance(leaf, (TensorProxy, torch.Tensor)):
+            return leaf.device
+    getter = getattr(torch, "get_default_device", None)
+    return getter() if getter is not None else torch.device("cpu")
+
+
+def record_opaque(trace, func, target, args, kwargs):
+    """Record a torch call primtrace has no ref for; its metadata comes from meta tensors."""
+    display = mapping.display_name(func)
+    mutated, mutates = None, None
+    if isinstance(kwargs.get("out"), TensorProxy):
+        mutated, mutates = kwargs["out"], "out"
+    elif (target.inplace or target.name == "__setitem__") and args and isinstance(args[0], TensorProxy):
+        mutated, mutates = args[0], "self"
+    memo = {}
+    trace_bypass = getattr(trace, "bypass", None)
+    if trace_bypass is not None:
+        trace.bypass += 1
+    try:
+        meta_args, meta_kwargs = _to_meta(args, memo), _to_meta(kwargs, memo)
+        with torch.device("meta"):
+            if target.name in ("cpu", "cuda"):  # a copy to a device: same metadata
+                result = torch.empty_like(meta_args[0])
+            else:
+                result = func(*meta_args, **meta_kwargs)
+    except Exception as e:
+        where = _describe_location(user_location())
+        message = str(e).lower()
+        if "data-dependent" in message or "data dependent" in message:
+            raise DataDependentError(
+                f"{display}: its output shape depends on tensor values, which are unknown "
+                f"while tracing\n  {where}") from e
+        if isinstance(e, NotImplementedError) and "meta" in message:
+            raise TracingError(f"cannot trace {display}: torch has no meta implementation to "
+                               f"compute its output metadata ({e})\n  {where}") from e
+        # otherwise eager raises the same error on these arguments: keep its type
+        e.add_note(f"primtrace: raised while computing the metadata of {display} on meta "
+                   f"tensors, {where}")
+        raise
+    finally:
+        if trace_bypass is not None:
+            trace.bypass -= 1
+    if mutated is None and not any(isinstance(x, torch.Tensor) for x in tree_flatten(_plain(result))):
+        return result  # a metadata query (x.is_floating_point(), torch.numel(x)): a constant
+    device = _output_device(func, args, kwargs)
+
+    def to_proxy(m):
+        if isinstance(m, torch.Tensor):
+            return trace.tensor(TensorSpec(tuple(m.shape), m.dtype, device, tuple(m.stride())))
+        return m
+    if mutated is not None:
+        outputs = to_proxy(memo[mutated.name])
+    else:
+        outputs = tree_map(to_proxy, result)
+        if isinstance(result, tuple) and type(result) is not tuple and not hasattr(result, "_fields"):
+            outputs = type(result)(tuple(to_proxy(m) for m in result))  # torch.return_types
+    node = Node(opaque_symbol(func, mutates), tuple(args), dict(kwargs), outputs,
+                source=trace.source_line)
+    trace.record(node)
+    if mutated is not None and hasattr(trace, "versions"):
+        trace.versions[mutated.name] = outputs
+    _warn_once(display)
+    return outputs
+
+
+def _plain(result):
+    return tuple(result) if isinstance(result, tuple) else result
+
+
+# --- the factory door ----------------------------------------------------------------------------
+class CaptureMode(TorchFunctionMode):
+    """Routes torch calls that involve proxies, and factories, to the tracer."""
+
+    def __init__(self, trace):
+        super().__init__()
+        self.trace = trace
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        trace = self.trace
+        if not trace.bypass and (has_proxy(args, kwargs) or (
+                trace.depth == 0 and mapping.is_factory(func))):
+            # inside a ref, a factory builds a constant of the decomposition (a prim's eager
+            # impl); at the top level it is the user's and must run on every call
+            return dispatch(func, args, kwargs)
+        result = func(*args, **kwargs)
+        if isinstance(result, torch.Tensor) and not trace.bypass:
+            # made while tracing (a ref's constant): a trace that returns it must copy it
+            trace.tags.setdefault("trace_time_tensors", set()).add(id(result))
+        return result
+
+
+_proxy.set_dispatcher(dispatch)
+
+
+def acquire(fn, args: tuple, kwargs: dict, name: str | None = None) -> TracingTrace:
+    """Run `fn` on proxies of `args`/`kwargs` and return the acquisition trace.
+
+    Python numbers are traced as runtime values. If torch refuses one (an int argument of an
+    opaque torch function cannot be a proxy), `fn` is traced again with every number as a
+    constant: those numbers are then specialized, and their values join the cache key.
+    """
+    try:
+        return _acquire(fn, args, kwargs, name, numbers_as_constants=False)
+    except TypeError as e:
+        if "NumberProxy" not in str(e):
+            raise
+    return _acquire(fn, args, kwargs, name, numbers_as_constants=True)
+
+
+def _acquire(fn, args, kwargs, name, numbers_as_constants: bool) -> TracingTrace:
+    trace = TracingTrace(_trace_name(fn) if name is None else name)
+    pargs, pkwargs, inputs = proxify(trace, fn, args, kwargs, numbers_as_constants)
+    trace.inputs, trace.input_structure = inputs, (pargs, pkwargs)
+    with tracing(trace), CaptureMode(trace):
+        out = fn(*pargs, **pkwargs)
+    trace.outputs = trace.resolve(out)
+    trace.stage = "acquisition"
+    return trace
+
+
+def _trace_name(fn) -> str:
+    import re
+    name = getattr(fn, "__name__", None) or type(fn).__name__
+    import keyword
+    name = re.sub(r"\W", "_", name).strip("_") or "fn"
+    if keyword.iskeyword(name):
+        name += "_fn"
+    return name if not name[0].isdigit() else "fn_" + name

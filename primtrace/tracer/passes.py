@@ -1,0 +1,221 @@
+"""Trace-to-trace rewrites of a prims trace.
+
+Each pass takes a trace and returns a new one (the input is not modified). Passes never
+change numerics unless asked: dead-code elimination, common subexpression elimination,
+removal of conversions to the same dtype, and of round trips through a dtype that holds
+every value exactly (f16 -> f32 -> f16). A round trip that rounds (f32 -> f16 -> f32) is
+part of eager's numerics and stays unless ``lossy=True`` (``jit(...,
+remove_lossy_round_trips=True)``).
+
+Two rules keep rewrites safe around mutation and aliasing: a proxy that an in-place node
+writes (``prims.copy_to``) is never replaced nor used as a replacement, and a returned value
+is never replaced by an input (the caller would get its own tensor back, not a new one).
+"""
+from __future__ import annotations
+
+import torch
+
+from primtrace.ir.proxy import Proxy, TensorProxy
+from primtrace.ir.trace import Node, Trace, proxies_in
+
+IMPURE_TAGS = frozenset({"inplace", "random"})
+
+
+def is_pure(node: Node) -> bool:
+    """A prim without side effects: may be removed when unused and merged with its twin."""
+    return node.symbol.kind == "prim" and not (node.symbol.tags & IMPURE_TAGS)
+
+
+def mutated_proxy(node: Node):
+    """The proxy a node writes into (copy_to's destination, an out= tensor), or None."""
+    if "inplace" not in node.symbol.tags:
+        return None
+    target = node.kwargs.get("out") if "out" in node.kwargs else (node.args[0] if node.args else None)
+    return target if isinstance(target, Proxy) else None
+
+
+def _is_convert(node: Node) -> bool:
+    return node.symbol.kind == "prim" and node.symbol.name == "convert_element_type"
+
+
+def _convert_parts(node: Node):
+    args = list(node.args) + [node.kwargs[k] for k in ("a", "dtype") if k in node.kwargs]
+    return args[0], args[1]
+
+
+class _Rewriter:
+    """Walks a trace's nodes, substituting replaced proxies; knows what may be replaced."""
+
+    def __init__(self, trace: Trace):
+        self.trace = trace
+        self.replace: dict[str, Proxy] = {}
+        self.inputs = {p.name for p in trace.inputs}
+        self.outputs = {p.name for p in proxies_in(trace.outputs)}
+        self.mutated = {p.name for n in trace.nodes if (p := mutated_proxy(n)) is not None}
+
+    def sub(self, obj):
+        if isinstance(obj, Proxy):
+            return self.replace.get(obj.name, obj)
+        t = type(obj)
+        if t is tuple or t is list:
+            return t(self.sub(x) for x in obj)
+        if t is dict:
+            return {k: self.sub(v) for k, v in obj.items()}
+        return obj
+
+    def node(self, node: Node) -> Node:
+        if not self.replace:
+            return node
+        args, kwargs = self.sub(node.args), self.sub(node.kwargs)
+        if all(a is b for a, b in zip(args, node.args)) and all(
+                kwargs[k] is node.kwargs[k] for k in kwargs):
+            return node
+        return Node(node.symbol, args, kwargs, node.outputs, node.subnodes, node.source,
+                    node.executor)
+
+    def may_replace(self, old: Proxy, new: Proxy) -> bool:
+        if old.name in self.mutated or new.name in self.mutated:
+            return False
+        return not (old.name in self.outputs and new.name in self.inputs)
+
+    def result(self, nodes: list[Node]) -> Trace:
+        new = self.trace.derive(nodes, self.trace.stage)
+        new.outputs = self.sub(self.trace.outputs)
+        return new
+
+
+def dce(trace: Trace) -> Trace:
+    """Dead-code elimination: drop pure nodes none of whose outputs is used or returned."""
+    live = {p.name for p in proxies_in(trace.outputs)}
+    kept = []
+    for node in reversed(trace.nodes):
+        if not is_pure(node) or any(p.name in live for p in node.output_proxies):
+            kept.append(node)
+            live.update(p.name for p in node.inputs)
+    kept.reverse()
+    return trace.derive(kept, trace.stage)
+
+
+def _const_key(v):
+    if isinstance(v, Proxy):
+        return ("proxy", v.name)
+    t = type(v)
+    if t is float:
+        return (float, repr(v))  # keeps 0.0 and -0.0 apart
+    if t is tuple or t is list:
+        return (t, tuple(_const_key(x) for x in v))
+    if t is dict:
+        return (dict, tuple((k, _const_key(x)) for k, x in v.items()))
+    if isinstance(v, torch.Tensor):
+        return ("tensor", id(v))
+    try:
+        hash(v)
+    except TypeError:
+        return ("id", id(v))
+    return (t, v)
+
+
+def cse(trace: Trace) -> Trace:
+    """Common subexpression elimination: a pure node equal to an earlier one reuses its outputs."""
+    rw = _Rewriter(trace)
+    seen: dict = {}
+    kept = []
+    for node in trace.nodes:
+        node = rw.node(node)
+        if is_pure(node):
+            key = (id(node.symbol), _const_key(node.args), _const_key(node.kwargs))
+            first = seen.get(key)
+            if first is not None:
+                pairs = list(zip(node.output_proxies, first.output_proxies))
+                if all(rw.may_replace(old, new) for old, new in pairs):
+                    rw.replace.update((old.name, new) for old, new in pairs)
+                    continue
+            else:
+                seen[key] = node
+        kept.append(node)
+    return rw.result(kept)
+
+
+def remove_noop_converts(trace: Trace) -> Trace:
+    """Drop convert_element_type to the dtype its input already has."""
+    rw = _Rewriter(trace)
+    kept = []
+    for node in trace.nodes:
+        node = rw.node(node)
+        if _is_convert(node):
+            src, dtype = _convert_parts(node)
+            out = node.outputs
+            if isinstance(src, TensorProxy) and src.dtype == dtype and rw.may_replace(out, src):
+                rw.replace[out.name] = src
+                continue
+        kept.append(node)
+    return rw.result(kept)
+
+
+_FLOAT_WIDENINGS = {
+    torch.float16: (torch.float32, torch.float64),
+    torch.bfloat16: (torch.float32, torch.float64),
+    torch.float32: (torch.float64,),
+}
+_MANTISSA = {torch.float16: 11, torch.bfloat16: 8, torch.float32: 24, torch.float64: 53}
+_COMPLEX_PART = {torch.complex64: torch.float32, torch.complex128: torch.float64}
+
+
+def holds_exactly(src: torch.dtype, mid: torch.dtype) -> bool:
+    """Whether every value of `src` survives a trip through `mid` unchanged."""
+    if src == mid or src is torch.bool:
+        return True
+    if mid is torch.bool or src.is_complex and not mid.is_complex:
+        return False
+    if src.is_complex:
+        return holds_exactly(_COMPLEX_PART.get(src, src), _COMPLEX_PART.get(mid, mid))
+    if mid.is_complex:
+        return holds_exactly(src, _COMPLEX_PART.get(mid, mid))
+    if src.is_floating_point:
+        return mid in _FLOAT_WIDENINGS.get(src, ())
+    info = torch.iinfo(src)
+    if mid.is_floating_point:
+        return max(abs(info.min), info.max) <= 2 ** _MANTISSA.get(mid, 0)
+    wide = torch.iinfo(mid)
+    return wide.min <= info.min and info.max <= wide.max
+
+
+def remove_round_trips(trace: Trace, *, lossy: bool = False) -> Trace:
+    """Replace convert(convert(x, A), x.dtype) by x when A holds x's values exactly.
+
+    With `lossy=True` the rounding through A is dropped too (f32 -> f16 -> f32 becomes the
+    f32 value itself): faster and more precise than eager, but different numbers.
+    """
+    rw = _Rewriter(trace)
+    converts: dict[str, Node] = {}
+    kept = []
+    for node in trace.nodes:
+        node = rw.node(node)
+        if _is_convert(node):
+            src, dtype = _convert_parts(node)
+            first = converts.get(src.name) if isinstance(src, Proxy) else None
+            if first is not None:
+                x = _convert_parts(first)[0]
+                if (isinstance(x, TensorProxy) and x.dtype == dtype
+                        and (lossy or holds_exactly(x.dtype, src.dtype))
+                        and rw.may_replace(node.outputs, x)):
+                    rw.replace[node.outputs.name] = x
+                    continue
+            if isinstance(node.outputs, Proxy):
+                converts[node.outputs.name] = node
+        kept.append(node)
+    return rw.result(kept)
+
+
+def optimize(trace: Trace, *, remove_lossy_round_trips: bool = False) -> Trace:
+    """The default pipeline: conversions first (they expose dead code and twins), then CSE, DCE."""
+    trace = remove_noop_converts(trace)
+    trace = remove_round_trips(trace, lossy=remove_lossy_round_trips)
+    trace = cse(trace)
+    trace = dce(trace)
+    trace.stage = "optimized"
+    return trace
+
+
+__all__ = ["dce", "cse", "remove_noop_converts", "remove_round_trips", "optimize",
+           "holds_exactly", "is_pure", "mutated_proxy"]

@@ -1,0 +1,206 @@
+"""The jit cache: one compile per kind of input, every key component, bounded, thread-safe."""
+import sys
+import threading
+
+import pytest
+import torch
+
+import primtrace
+from primtrace.tracer.inputs import cache_key
+
+
+def counts(jfn):
+    info = primtrace.cache_info(jfn)
+    return info.hits, info.misses
+
+
+def test_same_kind_of_input_hits():
+    jfn = primtrace.jit(lambda a, b: a + b)
+    a, b = torch.randn(4, 5), torch.randn(4, 5)
+    torch.testing.assert_close(jfn(a, b), a + b)
+    c, d = torch.randn(4, 5), torch.randn(4, 5)
+    torch.testing.assert_close(jfn(c, d), c + d)  # new values, same trace
+    assert counts(jfn) == (1, 1)
+
+
+@pytest.mark.parametrize("change", ["dtype", "shape", "strides", "device-free layout",
+                                    "requires_grad"])
+def test_each_tensor_key_component_misses(change):
+    jfn = primtrace.jit(lambda a, b: a * b)
+    a, b = torch.randn(4, 6), torch.randn(6)
+    jfn(a, b)
+    other = {
+        "dtype": a.to(torch.float64),
+        "shape": torch.randn(5, 6),
+        "strides": torch.randn(6, 4).t(),  # same shape, transposed memory
+        "device-free layout": torch.randn(4, 12)[:, ::2],  # same shape, a strided view
+        "requires_grad": a.clone().requires_grad_(),
+    }[change]
+    assert other.shape == a.shape or change == "shape"
+    result = jfn(other, b)
+    torch.testing.assert_close(result, other * b)
+    assert result.dtype == (other * b).dtype
+    assert counts(jfn) == (0, 2)
+    jfn(other.clone() if change == "shape" else other, b)  # and that kind is now cached
+    assert counts(jfn) == (1, 2)
+
+
+def test_the_stride_class_of_contiguous_tensors_is_shared():
+    jfn = primtrace.jit(lambda a: a + 1)
+    jfn(torch.randn(2, 3))
+    jfn(torch.randn(3, 2).t().contiguous())
+    assert counts(jfn) == (1, 1)
+
+
+def test_default_dtype_is_in_the_key():
+    jfn = primtrace.jit(lambda x: x * 1.5)
+    x = torch.arange(4)
+    assert jfn(x).dtype == torch.float32
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert jfn(x).dtype == torch.float64
+    finally:
+        torch.set_default_dtype(previous)
+    assert counts(jfn) == (0, 2)
+
+
+def test_grad_mode_is_in_the_key():
+    jfn = primtrace.jit(lambda x: x * 2)
+    x = torch.randn(3, requires_grad=True)
+    y = jfn(x)
+    assert y.requires_grad
+    with torch.no_grad():
+        assert not jfn(x).requires_grad
+    assert counts(jfn) == (0, 2)
+    y.sum().backward()  # the torch executor keeps autograd working
+    torch.testing.assert_close(x.grad, torch.full((3,), 2.0))
+
+
+def test_number_values_are_runtime_inputs_types_are_keys():
+    jfn = primtrace.jit(lambda x, s: x * s)
+    x = torch.randn(5)
+    torch.testing.assert_close(jfn(x, 2.0), x * 2.0)
+    torch.testing.assert_close(jfn(x, 3.0), x * 3.0)  # same trace, new value
+    assert counts(jfn) == (1, 1)
+    assert jfn(torch.arange(3), 2).dtype == torch.int64
+    assert jfn(torch.arange(3), 2.0).dtype == torch.float32  # type decides promotion
+    assert counts(jfn) == (1, 3)
+
+
+def test_a_number_whose_value_decides_control_flow_is_specialized():
+    def f(x, n):
+        return x * 2 if n > 0 else x - 1
+    jfn = primtrace.jit(f)
+    x = torch.randn(4)
+    torch.testing.assert_close(jfn(x, 1.0), x * 2)
+    torch.testing.assert_close(jfn(x, -1.0), x - 1)
+    torch.testing.assert_close(jfn(x, 1.0), x * 2)
+    assert counts(jfn) == (1, 2)
+    trace = primtrace.last_traces(jfn)[0]
+    assert trace.inputs[1].specialized
+
+
+def test_none_ness_of_an_optional_argument_is_in_the_key():
+    # a peer system reused the trace of clamp(x, lo, None) for clamp(x, lo, hi)
+    jfn = primtrace.jit(lambda x, lo, hi: torch.clamp(x, lo, hi))
+    x = torch.linspace(-3, 3, 7)
+    lo, hi = torch.full((7,), -1.0), torch.full((7,), 1.0)
+    torch.testing.assert_close(jfn(x, lo, None), torch.clamp(x, lo, None))
+    torch.testing.assert_close(jfn(x, lo, hi), torch.clamp(x, lo, hi))
+    assert counts(jfn) == (0, 2)
+
+
+def test_keyword_names_and_structure_are_in_the_key():
+    def f(x, **kw):
+        return {k: x + v for k, v in kw.items()}
+    jfn = primtrace.jit(f)
+    x = torch.randn(3)
+    assert set(jfn(x, a=1.0)) == {"a"}
+    assert set(jfn(x, b=1.0)) == {"b"}
+    jfn(x, a=2.0)
+    assert counts(jfn) == (1, 2)
+
+    g = primtrace.jit(lambda xs: sum(xs[1:], xs[0]))
+    g([x, x])
+    torch.testing.assert_close(g([x, x, x]), 3 * x)  # a longer list is another structure
+    g((x, x))                                          # so is a tuple
+    assert counts(g) == (0, 3)
+
+
+def test_the_key_is_lean_and_distinguishes_what_it_must():
+    x = torch.randn(2, 2)
+    k1, leaves = cache_key((x, 2.0, None), {"flag": True})
+    assert leaves == [x, 2.0]
+    assert cache_key((x, 3.0, None), {"flag": True})[0] == k1
+    assert cache_key((x, 3, None), {"flag": True})[0] != k1
+    assert cache_key((x, 2.0, x), {"flag": True})[0] != k1
+    assert cache_key((x, 2.0, None), {"flag": False})[0] != k1
+    assert cache_key((x, 2.0, None), {"other": True})[0] != k1
+
+
+def test_the_cache_is_bounded():
+    jfn = primtrace.jit(lambda x: x + 1, cache_size=2)
+    for n in (1, 2, 3):
+        jfn(torch.randn(n))
+    info = primtrace.cache_info(jfn)
+    assert (info.currsize, info.maxsize, info.misses) == (2, 2, 3)
+    jfn(torch.randn(1))  # evicted: compiled again
+    assert primtrace.cache_info(jfn).misses == 4
+    jfn(torch.randn(3))
+    assert primtrace.cache_info(jfn).hits == 1
+
+
+def test_unknown_options_are_refused():
+    with pytest.raises(TypeError, match="unknown primtrace option"):
+        primtrace.jit(lambda x: x, cache_sise=3)
+
+
+def test_a_cached_call_neither_traces_nor_interprets(monkeypatch):
+    jit_module = sys.modules["primtrace.jit"]  # the attribute primtrace.jit is the function
+    jfn = primtrace.jit(lambda a, b: (a + b) * a)
+    a, b = torch.randn(3), torch.randn(3)
+    jfn(a, b)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a cached call traced again")
+    monkeypatch.setattr(jit_module, "compile_fn", refuse)
+    monkeypatch.setattr(jit_module, "acquire", refuse)
+    torch.testing.assert_close(jfn(a, b), (a + b) * a)
+    source = primtrace.last_trace(jfn).tags["python"]
+    assert source.count("(") == len(primtrace.last_trace(jfn).nodes) + 1  # one call per node
+
+
+def test_many_threads_share_one_jitted_function():
+    jfn = primtrace.jit(lambda a, b: torch.add(a, b, alpha=2) * a)
+    inputs = [(torch.randn(8), torch.randn(8)), (torch.randn(2, 3).half(), torch.randn(3))]
+    errors, calls_per_thread, threads = [], 200, 8
+
+    def work(seed):
+        try:
+            for i in range(calls_per_thread):
+                a, b = inputs[(i + seed) % 2]
+                torch.testing.assert_close(jfn(a, b), torch.add(a, b, alpha=2) * a)
+        except Exception as e:  # reported below
+            errors.append(e)
+    pool = [threading.Thread(target=work, args=(s,)) for s in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    assert not errors, errors[0]
+    hits, misses = counts(jfn)
+    assert misses == 2 and hits + misses == threads * calls_per_thread
+
+
+def test_plain_tensor_calls_take_the_inlined_key_path(monkeypatch):
+    jit_module = sys.modules["primtrace.jit"]
+    jfn = primtrace.jit(lambda a, b: a - b)
+    a, b = torch.randn(2, 3), torch.randn(3, 2).t()
+    jfn(a, b)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the inlined key differs from cache_key's")
+    monkeypatch.setattr(jit_module, "cache_key", refuse)
+    torch.testing.assert_close(jfn(a, b), a - b)  # found without cache_key
+    assert counts(jfn) == (1, 1)

@@ -1,0 +1,145 @@
+"""The trace passes: DCE, CSE, no-op conversions, round trips (value-preserving vs lossy)."""
+import pytest
+import torch
+
+import primtrace
+from primtrace import prims
+from primtrace.ir import TensorSpec, Trace, tracing
+from primtrace.tracer import passes
+
+
+def names(trace):
+    return [n.symbol.name for n in trace.nodes]
+
+
+def prims_trace(fn, *args):
+    return primtrace.trace(fn, stage="prims")(*args)
+
+
+def build(specs, body):
+    """A trace of prims written by hand: `body(*inputs)` returns the outputs."""
+    t = Trace("hand")
+    t.inputs = [t.tensor(TensorSpec.of(torch.empty(4, dtype=d)), name=n) for n, d in specs]
+    with tracing(t):
+        t.outputs = body(*t.inputs)
+    return t
+
+
+def test_dce_drops_unused_pure_nodes_and_keeps_writes():
+    def f(a, b):
+        unused = a * 3  # noqa: F841
+        b.add_(1)       # a write is kept although its result is not returned
+        return a + 1
+    trace = passes.dce(prims_trace(f, torch.randn(4), torch.randn(4)))
+    assert names(trace) == ["add", "copy_to", "add"]
+
+
+def test_cse_merges_equal_pure_nodes():
+    f = lambda a, b: (a + b) * (a + b) - (a + b) * 2  # noqa: E731
+    trace = passes.cse(prims_trace(f, torch.randn(4), torch.randn(4)))
+    assert names(trace).count("add") == 1
+    assert names(trace) == ["add", "mul", "mul", "sub"]
+    a, b = torch.randn(4), torch.randn(4)
+    torch.testing.assert_close(primtrace.jit(f)(a, b), f(a, b))
+
+
+def test_cse_keeps_different_constants_apart():
+    t = build([("a", torch.float32)], lambda a: (prims.mul(a, 0.0), prims.mul(a, -0.0),
+                                                 prims.mul(a, 0.0)))
+    assert names(passes.cse(t)) == ["mul", "mul"]  # 0.0 and -0.0 differ, the twin goes
+
+
+def test_cse_does_not_merge_reads_around_a_write():
+    def f(a):
+        before = a * 2
+        a.add_(1)
+        return before, a * 2
+    a = torch.randn(4)
+    expected = f(a.clone())
+    got = primtrace.jit(f)(a)
+    torch.testing.assert_close(got, expected)
+
+
+def test_noop_conversions_go():
+    t = build([("a", torch.float32)],
+              lambda a: prims.add(prims.convert_element_type(a, torch.float32), 1.0))
+    out = passes.remove_noop_converts(t)
+    assert names(out) == ["add"] and out.nodes[0].args[0] is t.inputs[0]
+
+
+def test_value_preserving_round_trip_goes():
+    def body(a):
+        back = prims.convert_element_type(prims.convert_element_type(a, torch.float32),
+                                          torch.float16)
+        return prims.add(back, back)
+    t = build([("a", torch.float16)], body)
+    out = passes.optimize(t)
+    assert names(out) == ["add"] and out.nodes[0].args == (t.inputs[0], t.inputs[0])
+
+
+def test_lossy_round_trip_stays_unless_asked():
+    def body(a):
+        rounded = prims.convert_element_type(prims.convert_element_type(a, torch.float16),
+                                             torch.float32)
+        return prims.mul(rounded, 3.0)
+    t = build([("a", torch.float32)], body)
+    assert names(passes.optimize(t)) == ["convert_element_type", "convert_element_type", "mul"]
+    assert names(passes.optimize(t, remove_lossy_round_trips=True)) == ["mul"]
+
+
+def test_lossy_option_through_jit_changes_only_what_it_says():
+    def f(a, b):
+        return torch.sin(a) * b  # sin's f16 result is rounded, then promoted for mul
+    a = torch.linspace(-3, 3, 101, dtype=torch.float16)
+    b = torch.full((101,), 1.001)
+    exact, fast = primtrace.jit(f), primtrace.jit(f, remove_lossy_round_trips=True)
+    torch.testing.assert_close(exact(a, b), f(a, b), rtol=0, atol=0)
+    assert names(primtrace.last_traces(exact)[2]).count("convert_element_type") == 3
+    fast_result = fast(a, b)
+    assert names(primtrace.last_traces(fast)[2]).count("convert_element_type") == 1
+    reference = torch.sin(a.double()) * b.double()
+    assert (fast_result.double() - reference).abs().max() < (f(a, b).double() - reference).abs().max()
+
+
+def test_a_returned_value_is_never_replaced_by_an_input():
+    t = build([("a", torch.float16)],
+              lambda a: prims.convert_element_type(prims.convert_element_type(a, torch.float32),
+                                                   torch.float16))
+    out = passes.optimize(t)
+    assert out.outputs is not t.inputs[0]  # the caller must get a new tensor, as in eager
+    assert names(out) == ["convert_element_type", "convert_element_type"]
+
+
+def test_a_written_tensor_is_not_replaced():
+    def body(a):
+        same = prims.convert_element_type(a, torch.float32)
+        doubled = prims.mul(same, 2.0)
+        written = prims.copy_to(a, doubled)
+        return prims.add(same, written)
+    t = build([("a", torch.float32)], body)
+    out = passes.remove_noop_converts(t)
+    assert names(out)[0] == "convert_element_type"  # `same` must keep the value before the write
+
+
+@pytest.mark.parametrize("src, mid, exact", [
+    (torch.float16, torch.float32, True), (torch.bfloat16, torch.float64, True),
+    (torch.float32, torch.float16, False), (torch.float16, torch.bfloat16, False),
+    (torch.int8, torch.float16, True), (torch.int32, torch.float32, False),
+    (torch.int32, torch.float64, True), (torch.int64, torch.float64, False),
+    (torch.uint8, torch.int8, False), (torch.uint8, torch.int16, True),
+    (torch.bool, torch.float16, True), (torch.float32, torch.bool, False),
+    (torch.float32, torch.complex64, True), (torch.complex128, torch.complex64, False),
+    (torch.float32, torch.int64, False),
+])
+def test_holds_exactly(src, mid, exact):
+    assert passes.holds_exactly(src, mid) is exact
+    if exact and not mid.is_complex:  # check the claim on the extreme values
+        if src.is_floating_point:
+            info = torch.finfo(src)
+            values = torch.tensor([info.max, info.min, info.tiny, info.eps, -0.0], dtype=src)
+        elif src is torch.bool:
+            values = torch.tensor([True, False])
+        else:
+            info = torch.iinfo(src)
+            values = torch.tensor([info.max, info.min, info.max - 1], dtype=src)
+        assert torch.equal(values.to(mid).to(src), values)
