@@ -19,6 +19,9 @@ from primtrace.tracer import DataDependentError, OpaqueOpWarning, TracingError
 def __getattr__(name):
     """``primtrace.refs`` and ``primtrace.prims`` load on first use (importing primtrace stays
     light, and a ref being edited cannot break ``import primtrace``)."""
+    if name == "dynamo_backend":
+        from primtrace.dynamo import dynamo_backend
+        return dynamo_backend
     if name in ("refs", "prims"):
         import importlib
         return importlib.import_module(f"primtrace.{name}")
@@ -29,5 +32,5 @@ __all__ = [
     "jit", "trace", "last_traces", "last_trace", "explain", "cache_info",
     "Executor", "OperatorExecutor", "FusionExecutor", "Region", "TorchExecutor", "TORCH",
     "default_executors", "JitFunction", "CacheInfo", "Explanation", "Trace", "Node",
-    "TracingError", "DataDependentError", "OpaqueOpWarning",
+    "TracingError", "DataDependentError", "OpaqueOpWarning", "dynamo_backend",
 ]

@@ -54,6 +54,9 @@ def format_call(node) -> str:
         format_value(o) for o in outs) or "_"
     out_proxies = [p for p in node.output_proxies if isinstance(p, (TensorProxy, NumberProxy))]
     comment = "  # " + ", ".join(f"{p.name}: {describe(p)}" for p in out_proxies) if out_proxies else ""
+    executor = getattr(node, "executor", None)
+    if executor is not None and executor.name != "torch" and node.symbol.kind != "fused":
+        comment += f"{'' if comment else '  #'} (by {executor.name})"  # who runs it, when not torch
     return f"{target} = {call}{comment}"
 
 

@@ -1,0 +1,233 @@
+"""The torch.compile backend: Dynamo's graphs through primtrace.jit, matching eager."""
+import importlib.metadata
+import warnings
+
+import pytest
+import torch
+import torch._dynamo
+
+import primtrace
+from primtrace.dynamo import CompiledGraph, dynamo_backend, register
+from primtrace.executors import FusionExecutor, default_executors
+
+pytestmark = pytest.mark.filterwarnings("ignore::primtrace.OpaqueOpWarning")
+
+
+class Block(torch.nn.Module):
+    """Linear, GELU, Dropout (eval), residual add, LayerNorm, SiLU-style gate, residual add."""
+
+    def __init__(self, d=8, hidden=16):
+        super().__init__()
+        self.up, self.act = torch.nn.Linear(d, hidden), torch.nn.GELU()
+        self.drop, self.down = torch.nn.Dropout(0.25), torch.nn.Linear(hidden, d)
+        self.norm = torch.nn.LayerNorm(d)
+
+    def forward(self, x):
+        h = self.down(self.drop(self.act(self.up(x))))
+        y = self.norm(x + h)
+        return y * torch.sigmoid(y) + x
+
+
+def block(seed=0):
+    torch.manual_seed(seed)
+    return Block().eval()
+
+
+def inputs(*shape, seed=1):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def assert_matches(actual, expected):
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+def node_kinds(trace):
+    return {n.symbol.kind for n in trace.nodes}
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def test_by_callable_matches_eager_and_runs_through_primtrace():
+    model = block()
+    compiled = torch.compile(model, backend=dynamo_backend)
+    with torch.no_grad():
+        for shape in [(4, 8), (4, 8), (2, 5, 8)]:
+            x = inputs(*shape)
+            assert_matches(compiled(x), model(x))
+    graph = dynamo_backend.last_graph()
+    assert isinstance(graph, CompiledGraph) and graph.fallback_reason is None
+    acquisition, prims, _, execution = dynamo_backend.last_traces()
+    names = {n.symbol.qualname for n in acquisition.nodes}
+    # elementwise ops became refs; linear and layer_norm stay torch's (opaque) calls
+    assert {"refs.nn.functional.gelu", "refs.add", "refs.sigmoid", "refs.mul"} <= names
+    assert {"torch.nn.functional.linear", "torch.nn.functional.layer_norm"} <= names
+    assert "prim" in node_kinds(prims) and "ref" not in node_kinds(prims)
+    # parameters are trace inputs (Dynamo lifts them), named readably
+    assert {"up_weight", "down_bias", "norm_weight"} <= {p.name for p in acquisition.inputs}
+    assert all(n.executor is not None for n in execution.nodes)
+
+
+def test_by_name_matches_eager():
+    register()
+    register()  # idempotent
+    assert torch._dynamo.lookup_backend("primtrace") is dynamo_backend
+    assert "primtrace" in torch._dynamo.list_backends()
+    model, x = block(1), inputs(3, 8)
+    with torch.no_grad():
+        assert_matches(torch.compile(model, backend="primtrace")(x), model(x))
+    assert dynamo_backend.last_graph().fallback_reason is None
+
+
+def test_entry_point_names_the_backend():
+    (ep,) = importlib.metadata.entry_points(group="torch_dynamo_backends").select(name="primtrace")
+    assert ep.load() is dynamo_backend
+
+
+def test_exported_from_the_package():
+    assert primtrace.dynamo_backend is dynamo_backend
+
+
+def fused(trace):
+    return [n for n in trace.nodes if n.symbol.kind == "fused"]
+
+
+def test_fusion_executor_gives_fused_regions_and_matches_eager():
+    from primtrace.executors.numba import NumbaFusionExecutor
+    model, x = block(2), inputs(4, 8)
+    compiled = torch.compile(model, backend=dynamo_backend,
+                             options={"executors": [NumbaFusionExecutor()]})
+    with torch.no_grad():
+        assert_matches(compiled(x), model(x))
+    regions = fused(dynamo_backend.last_traces()[-1])
+    assert len(regions) >= 2  # GELU; the gate and residual after layer_norm
+    assert all(n.symbol.name.startswith("numba_fusion_") and n.subnodes for n in regions)
+    gelu = next(r for r in regions if any(s.symbol.name == "erf" for s in r.subnodes))
+    assert len(gelu.subnodes) >= 5
+
+
+@pytest.mark.xfail(not any(isinstance(e, FusionExecutor) for e in default_executors()),
+                   reason="the Numba fusion executor is not in default_executors() yet")
+def test_default_executors_fuse():
+    model, x = block(3), inputs(4, 8)
+    with torch.no_grad():
+        assert_matches(torch.compile(model, backend=dynamo_backend)(x), model(x))
+    regions = fused(dynamo_backend.last_traces()[-1])
+    assert len(regions) >= 2 and all(n.symbol.name.startswith("numba_fusion_") for n in regions)
+
+
+def test_inference_mode_and_new_batch_sizes():
+    model = block(4)
+    compiled = torch.compile(model, backend=dynamo_backend)
+    with torch.inference_mode():
+        for n in (2, 5, 9):  # the later sizes reach a graph with a symbolic batch size
+            x = inputs(n, 8, seed=n)
+            assert_matches(compiled(x), model(x))
+            assert dynamo_backend.last_graph().fallback_reason is None
+    assert len(dynamo_backend.graphs()) == 2  # static, then dynamic batch size
+
+
+def test_grad_mode_runs_eagerly_with_correct_gradients():
+    model = block(5)
+    compiled = torch.compile(model, backend=dynamo_backend)
+    x = inputs(3, 8)
+    out = compiled(x)
+    assert out.requires_grad
+    assert "grad" in dynamo_backend.last_graph().fallback_reason
+    out.sum().backward()
+    got = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model(x).sum().backward()
+    for g, p in zip(got, model.parameters()):
+        torch.testing.assert_close(g, p.grad)
+
+
+class Scaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(8))
+        self.register_buffer("b", torch.randn(8))
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(x * self.w + self.b) + self.w
+
+
+def test_get_attr_tensors_become_inputs_read_at_each_call():
+    torch.manual_seed(6)
+    gm = torch.fx.symbolic_trace(Scaled())
+    assert any(n.op == "get_attr" for n in gm.graph.nodes)
+    graph = dynamo_backend(gm, [])
+    x = inputs(3, 8)
+    with torch.no_grad():
+        assert_matches(graph(x), gm(x))
+        assert {"attr_w", "attr_b"} <= {p.name for p in graph.last_traces()[0].inputs}
+        gm.w = torch.nn.Parameter(torch.randn(8))  # a new value, not an in-place update
+        assert_matches(graph(x), gm(x))
+    assert graph.jit.cache_info().misses == 1
+
+
+def test_aten_ops_reach_refs():
+    aten = torch.ops.aten
+
+    def f(x, y):
+        return aten.mul.Tensor(aten.gelu.default(aten.add.Tensor(x, y)), aten.mm.default(x, y))
+    graph = dynamo_backend(torch.fx.symbolic_trace(f), [])
+    x, y = inputs(3, 3, seed=1), inputs(3, 3, seed=2)
+    assert_matches(graph(x, y), f(x, y))
+    acquisition = graph.last_traces()[0]
+    kinds = {n.symbol.name: n.symbol.kind for n in acquisition.nodes}
+    assert kinds["add"] == kinds["gelu"] == kinds["mul"] == "ref"
+    assert [k for k in kinds.values() if k == "opaque"] == ["opaque"]  # aten.mm stays torch's
+
+
+def test_call_method_and_operator_targets():
+    def f(x, y):
+        return (x.sigmoid() * y).tanh() - x.exp().neg()
+    graph = dynamo_backend(torch.fx.symbolic_trace(f), [])
+    assert any(n.op == "call_method" for n in graph.graph_module.graph.nodes)
+    x, y = inputs(4, 4, seed=3), inputs(4, 4, seed=4)
+    assert_matches(graph(x, y), f(x, y))
+    assert {n.symbol.kind for n in graph.last_traces()[0].nodes} == {"ref"}
+
+
+class Autocast(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = self.lin(x)
+        return torch.relu(y) + 1
+
+
+def test_autocast_graph_runs_eagerly():
+    torch.manual_seed(7)
+    model, x = Autocast().eval(), inputs(2, 8)
+    with torch.no_grad():
+        out = torch.compile(model, backend=dynamo_backend)(x)
+        assert_matches(out, model(x))
+    assert "autocast" in dynamo_backend.last_graph().fallback_reason
+
+
+def test_untraceable_graph_warns_and_runs_eagerly():
+    def f(x):
+        return x.add(1).nonzero()  # data-dependent output shape: the tracer refuses it
+    graph = dynamo_backend(torch.fx.symbolic_trace(f), [])
+    x = torch.tensor([0.0, -1.0, 2.0])
+    with pytest.warns(RuntimeWarning, match="eager"):
+        torch.testing.assert_close(graph(x), f(x))
+    assert "cannot trace" in graph.fallback_reason
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        torch.testing.assert_close(graph(x), f(x))  # decided once: no warning, no retrace
+
+
+def test_compile_modes_are_rejected():
+    with pytest.raises(ValueError, match="no compile modes"):
+        dynamo_backend(torch.fx.symbolic_trace(lambda x: x + 1), [], mode="max-autotune")
