@@ -39,6 +39,14 @@ def contiguous_strides(shape) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True)
+class NumberSpec:
+    """Metadata of a Python number computed in a trace: its type, and its trace-time value."""
+    python_type: type
+    value: object = None
+    sources: tuple = ()
+
+
+@dataclass(frozen=True)
 class TensorSpec:
     """Metadata of a tensor: what a meta function computes and a proxy carries."""
     shape: tuple
@@ -69,16 +77,20 @@ class NumberProxy(Proxy):
     shapes) can do so; reading it marks the proxy as specialized, which puts the value
     into the cache key.
     """
-    __slots__ = ("python_type", "value", "specialized")
+    __slots__ = ("python_type", "value", "specialized", "sources")
 
-    def __init__(self, name: str, python_type: type, value=None):
+    def __init__(self, name: str, python_type: type, value=None, sources: tuple = ()):
         super().__init__(name)
         self.python_type = python_type
         self.value = value
         self.specialized = False
+        self.sources = sources  # the number proxies this one was computed from
 
     def _read(self):
+        """The trace-time value; reading it specializes this number and its sources."""
         self.specialized = True
+        for source in self.sources:
+            source._read()
         return self.value
 
     def __bool__(self):
@@ -106,32 +118,6 @@ class NumberProxy(Proxy):
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         # lets torch.add(tensor, n) reach the tracer when n is a runtime number
         return _dispatch(func, args, kwargs)
-
-
-def _binary_number_op(name):
-    op = getattr(__import__("operator"), name)
-
-    def method(self, other):
-        other = other._read() if isinstance(other, NumberProxy) else other
-        if isinstance(other, TensorProxy):
-            return NotImplemented
-        return op(self._read(), other)
-
-    def rmethod(self, other):
-        return op(other, self._read())
-    return method, rmethod
-
-
-for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow",
-              "lt", "le", "gt", "ge", "eq", "ne", "and_", "or_", "xor"):
-    _m, _r = _binary_number_op(_name)
-    _dunder = _name.rstrip("_")
-    setattr(NumberProxy, f"__{_dunder}__", _m)
-    if _name not in ("lt", "le", "gt", "ge", "eq", "ne"):
-        setattr(NumberProxy, f"__r{_dunder}__", _r)
-for _name in ("neg", "pos", "abs"):
-    setattr(NumberProxy, f"__{_name}__",
-            (lambda op: lambda self: op(self._read()))(getattr(__import__("operator"), _name)))
 
 
 class TensorProxy(Proxy):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from primtrace.ir.proxy import Proxy, TensorSpec
+from primtrace.ir.proxy import NumberSpec, Proxy, TensorSpec
 from primtrace.ir.trace import Node, current_trace, tree_flatten
 
 
@@ -20,6 +20,10 @@ def has_proxy(args, kwargs=None) -> bool:
 def _to_proxies(trace, out):
     if isinstance(out, TensorSpec):
         return trace.tensor(out)
+    if isinstance(out, NumberSpec):
+        proxy = trace.number(out.python_type, out.value)
+        proxy.sources = out.sources
+        return proxy
     if isinstance(out, (tuple, list)):
         return type(out)(_to_proxies(trace, o) for o in out)
     return out

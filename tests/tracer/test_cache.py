@@ -204,3 +204,37 @@ def test_plain_tensor_calls_take_the_inlined_key_path(monkeypatch):
     monkeypatch.setattr(jit_module, "cache_key", refuse)
     torch.testing.assert_close(jfn(a, b), a - b)  # found without cache_key
     assert counts(jfn) == (1, 1)
+
+
+def test_number_arithmetic_stays_a_runtime_input():
+    """lr * (1 - beta) is recorded as number nodes: other values reuse the trace."""
+    def f(x, lr, beta):
+        return x * (lr * (1 - beta)) + abs(-lr) / 2
+    jf = primtrace.jit(f)
+    x = torch.ones(3)
+    for lr, beta in ((0.1, 0.9), (0.2, 0.5), (-3.0, 2.0)):
+        torch.testing.assert_close(jf(x, lr, beta), f(x, lr, beta))
+    assert primtrace.cache_info(jf).misses == 1
+    names = [n.symbol.name for n in primtrace.last_trace(jf).nodes]
+    assert "number_sub" in names and "number_mul" in names
+
+
+def test_int_power_of_numbers_specializes_on_the_exponent():
+    """2 ** n is an int or a float depending on n's sign: the value joins the key."""
+    def g(x, n):
+        return x * 2 ** n
+    jg = primtrace.jit(g)
+    x = torch.ones(2, dtype=torch.int64)
+    assert jg(x, 2).dtype == torch.int64 and jg(x, -1).dtype == torch.float32
+    assert primtrace.cache_info(jg).misses == 2
+
+
+def test_reading_a_derived_number_specializes_its_sources():
+    def h(x, a):
+        b = a * 2
+        return x + 1 if b > 1 else x - 1
+    jh = primtrace.jit(h)
+    x = torch.zeros(2)
+    assert jh(x, 1.0).tolist() == [1.0, 1.0]
+    assert jh(x, 0.1).tolist() == [-1.0, -1.0]
+    assert primtrace.cache_info(jh).misses == 2
