@@ -8,12 +8,13 @@ the contract check on real tensors, and a torch implementation.
 from primtrace.prims import elementwise as _elementwise
 from primtrace.prims import structural as _structural
 from primtrace.prims.elementwise import *  # noqa: F401,F403  (the table-generated prims)
+from primtrace.prims.guards import check_fits  # noqa: F401
 from primtrace.prims.meta import PrimContractError, elementwise_strides  # noqa: F401
 from primtrace.prims.structural import (broadcast_in_dim, convert_element_type, copy_to,  # noqa: F401
                                         full, iota, polygamma, resize, where)
 from primtrace.prims.structural import complex_ as complex, full_like  # noqa: F401,A001
 
 #: name -> Symbol, every prim.
-ALL_PRIMS = {**_elementwise.PRIMS, **_structural.PRIMS}
+ALL_PRIMS = {**_elementwise.PRIMS, **_structural.PRIMS, "check_fits": check_fits}
 UNARY = [row[0] for row in _elementwise.UNARY]
 BINARY = [row[0] for row in _elementwise.BINARY]

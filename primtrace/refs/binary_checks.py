@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import math
 
 import torch
 
@@ -23,15 +22,6 @@ from primtrace.refs.core import is_number, is_tensor
 from primtrace.refs.promotion import result_type
 
 __all__ = []  # helpers, not refs
-
-_C_NAMES = {
-    torch.bool: "bool", torch.uint8: "uint8_t", torch.int8: "int8_t", torch.int16: "int16_t",
-    torch.int32: "int", torch.int64: "int64_t", torch.float16: "c10::Half",
-    torch.bfloat16: "c10::BFloat16", torch.float32: "float", torch.float64: "double",
-    torch.complex32: "c10::complex<c10::Half>", torch.complex64: "c10::complex<float>",
-    torch.complex128: "c10::complex<double>",
-}
-
 
 _TYPE_META_NAMES = {
     torch.bool: "bool", torch.uint8: "unsigned char", torch.int8: "signed char",
@@ -77,43 +67,11 @@ def require_tensor(op_name, *args):
         raise TypeError(f"{op_name}() received an invalid combination of arguments - got ({kinds})")
 
 
-def _value(x):
-    return x._read() if hasattr(x, "_read") else x  # a NumberProxy: specialize on its value
-
-
-def overflows(value, dtype) -> bool:
-    """c10::overflows<dtype>(value): would converting the Python number overflow?
-
-    Complex -> real overflows when the imaginary part is nonzero; floats -> integers when
-    out of range or nan (inf never does for float types); negative integers wrap into
-    unsigned types down to -max (so -1 is a valid uint8, 255).
-    """
-    value = _value(value)
-    if dtype is torch.bool or isinstance(value, bool):
-        return False
-    if isinstance(value, complex):
-        if not dtype.is_complex and value.imag != 0:
-            return True
-        return overflows(value.real, dtype) or overflows(value.imag, dtype)
-    real = dtypes.to_real(dtype)
-    if real.is_floating_point:
-        if isinstance(value, float) and (math.isinf(value) or math.isnan(value)):
-            return False
-        info = torch.finfo(real)
-        return value < info.min or value > info.max
-    info = torch.iinfo(real)
-    if isinstance(value, float) and math.isnan(value):
-        return True
-    if info.min == 0 and isinstance(value, int):
-        return value > info.max or -value > info.max
-    return value < info.min or value > info.max
-
-
 def check_fits(value, dtype):
-    """Raise eager's error where a Python number does not convert to `dtype`."""
-    if overflows(value, dtype):
-        raise RuntimeError(f"value cannot be converted to type {_C_NAMES.get(dtype, dtype)} "
-                           f"without overflow")
+    """Raise eager's error where a Python number does not convert to `dtype`. A runtime
+    number (a NumberProxy while tracing) is checked at run time by a guard node, so the
+    trace is not specialized on its value."""
+    prims.check_fits(value, dtype)
 
 
 def python_zero(dtype):

@@ -89,7 +89,8 @@ def dce(trace: Trace) -> Trace:
     live = {p.name for p in proxies_in(trace.outputs)}
     kept = []
     for node in reversed(trace.nodes):
-        if not is_pure(node) or any(p.name in live for p in node.output_proxies):
+        if (not is_pure(node) or "guard" in node.symbol.tags
+                or any(p.name in live for p in node.output_proxies)):
             kept.append(node)
             live.update(p.name for p in node.inputs)
     kept.reverse()

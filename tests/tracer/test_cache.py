@@ -238,3 +238,19 @@ def test_reading_a_derived_number_specializes_its_sources():
     assert jh(x, 1.0).tolist() == [1.0, 1.0]
     assert jh(x, 0.1).tolist() == [-1.0, -1.0]
     assert primtrace.cache_info(jh).misses == 2
+
+
+def test_overflow_check_of_a_runtime_number_is_a_guard_not_a_specialization():
+    """addcmul's value must fit the dtype: checked at call time, the trace is reused."""
+    def f(x, v):
+        return torch.addcmul(x, x, x, value=v)
+    jf = primtrace.jit(f)
+    x = torch.ones(3, dtype=torch.int8)
+    assert jf(x, 2).tolist() == [3, 3, 3]
+    with pytest.raises(RuntimeError, match="value cannot be converted to type int8_t without overflow"):
+        jf(x, 1000)
+    with pytest.raises(RuntimeError, match="without overflow"):
+        f(x, 1000)
+    assert jf(x, -1).tolist() == [0, 0, 0]
+    assert primtrace.cache_info(jf).misses == 1
+    assert any(n.symbol.name == "check_fits" for n in primtrace.last_trace(jf).nodes)

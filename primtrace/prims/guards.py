@@ -1,0 +1,62 @@
+"""Guards: prims that check a runtime Python number and raise eager's error, or do nothing.
+
+Eager refuses a number that does not convert to the kernel's dtype ("value cannot be
+converted to type int8_t without overflow"). In a trace the number is a runtime input, so
+the check is a node that runs at call time rather than a read that would specialize the
+trace on the value. Guards have no outputs; passes keep them.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from primtrace import dtypes
+from primtrace.ir.symbol import Symbol
+
+_C_NAMES = {
+    torch.bool: "bool", torch.uint8: "uint8_t", torch.int8: "int8_t", torch.int16: "int16_t",
+    torch.int32: "int", torch.int64: "int64_t", torch.float16: "c10::Half",
+    torch.bfloat16: "c10::BFloat16", torch.float32: "float", torch.float64: "double",
+    torch.complex32: "c10::complex<c10::Half>", torch.complex64: "c10::complex<float>",
+    torch.complex128: "c10::complex<double>",
+}
+
+
+
+def number_overflows(value, dtype) -> bool:
+    """c10::overflows<dtype>(value): would converting the Python number overflow?
+
+    Complex -> real overflows when the imaginary part is nonzero; floats -> integers when
+    out of range or nan (inf never does for float types); negative integers wrap into
+    unsigned types down to -max (so -1 is a valid uint8, 255).
+    """
+    if dtype is torch.bool or isinstance(value, bool):
+        return False
+    if isinstance(value, complex):
+        if not dtype.is_complex and value.imag != 0:
+            return True
+        return number_overflows(value.real, dtype) or number_overflows(value.imag, dtype)
+    real = dtypes.to_real(dtype)
+    if real.is_floating_point:
+        if isinstance(value, float) and (math.isinf(value) or math.isnan(value)):
+            return False
+        info = torch.finfo(real)
+        return value < info.min or value > info.max
+    info = torch.iinfo(real)
+    if isinstance(value, float) and math.isnan(value):
+        return True
+    if info.min == 0 and isinstance(value, int):
+        return value > info.max or -value > info.max
+    return value < info.min or value > info.max
+
+
+def _check_fits(value, dtype):
+    if number_overflows(value, dtype):
+        raise RuntimeError(f"value cannot be converted to type {_C_NAMES.get(dtype, dtype)} "
+                           f"without overflow")
+
+
+check_fits = Symbol("check_fits", kind="prim", meta=lambda value, dtype: None, impl=_check_fits,
+                    tags=frozenset({"guard"}), module="prims",
+                    doc="Raise eager's overflow error if the number does not convert to dtype.")
