@@ -27,7 +27,8 @@ class ElementwiseFusion(FusionExecutor):
             def value(x):
                 return env[x.name] if isinstance(x, primtrace.ir.Proxy) else x
             for node in region.nodes:
-                env[node.outputs.name] = node.symbol.impl(*map(value, node.args))
+                kwargs = {k: value(v) for k, v in node.kwargs.items()}
+                env[node.outputs.name] = node.symbol.impl(*map(value, node.args), **kwargs)
             return tuple(env[p.name] for p in region.outputs)
         return run
 

@@ -12,7 +12,8 @@ from primtrace.prims.guards import check_fits  # noqa: F401
 from primtrace.prims.meta import PrimContractError, elementwise_strides  # noqa: F401
 from primtrace.prims.structural import (broadcast_in_dim, convert_element_type, copy_to,  # noqa: F401
                                         full, iota, polygamma, resize, where)
-from primtrace.prims.structural import complex_ as complex, full_like  # noqa: F401,A001
+from primtrace.prims.structural import complex_ as complex  # noqa: F401,A001
+from primtrace.prims.structural import full_like, full_strided  # noqa: F401
 
 #: name -> Symbol, every prim.
 ALL_PRIMS = {**_elementwise.PRIMS, **_structural.PRIMS, "check_fits": check_fits}

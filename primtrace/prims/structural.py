@@ -169,5 +169,20 @@ full_like = _prim("full_like", _full_like_meta, _full_like_impl, tags=("elementw
                       "(a's values are not read).")
 
 
+def _full_strided_meta(shape, strides, fill_value, *, dtype, device):
+    if not is_number(fill_value) or len(tuple(strides)) != len(tuple(shape)):
+        raise PrimContractError("prims.full_strided: expected a number and one stride per dimension")
+    return TensorSpec(tuple(shape), dtype, torch.device(device), tuple(strides))
+
+
+full_strided = _prim(
+    "full_strided", _full_strided_meta,
+    lambda shape, strides, fill_value, *, dtype, device: torch.empty_strided(
+        tuple(shape), tuple(strides), dtype=dtype, device=device).fill_(fill_value),
+    tags=("elementwise", "creation"),
+    doc="A new tensor of `shape` with the given (dense) strides, filled with a number: the "
+        "destination of a copy into a memory format (channels_last).")
+
+
 PRIMS = {s.name: s for s in (convert_element_type, broadcast_in_dim, full, iota, where,
-                             copy_to, resize, polygamma, complex_, full_like)}
+                             copy_to, resize, polygamma, complex_, full_like, full_strided)}

@@ -5,15 +5,15 @@ Shifts follow eager's C++: a shift by a negative amount or by at least the bit w
 """
 from __future__ import annotations
 
-from primtrace import prims
+from primtrace import dtypes, prims
 from primtrace.refs.binary import make_binary
 from primtrace.refs.binary_checks import check_out_dtype, checked
-from primtrace.refs.core import elementwise, inplace_variant, is_tensor
+from primtrace.refs.core import elementwise, inplace_variant, is_tensor, ref
 from primtrace.refs.promotion import DEFAULT
 
 __all__ = ["bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift",
            "bitwise_right_shift", "bitwise_not", "bitwise_and_", "bitwise_or_", "bitwise_xor_",
-           "bitwise_left_shift_", "bitwise_right_shift_", "bitwise_not_"]
+           "bitwise_left_shift_", "bitwise_right_shift_", "bitwise_not_", "invert"]
 
 # name, prim; a number may be on either side (2 << t is bitwise_left_shift(2, t))
 _TABLE = [
@@ -40,3 +40,12 @@ def bitwise_not(input):
 
 
 bitwise_not_ = inplace_variant(bitwise_not)
+
+
+@ref
+def invert(input):
+    """``~input`` (Tensor.__invert__): bitwise_not, but eager's operator checks the dtype first
+    and raises TypeError, where torch.bitwise_not(float_tensor) raises NotImplementedError."""
+    if not dtypes.is_integer(input.dtype):
+        raise TypeError("~ (operator.invert) is only implemented on integer and Boolean-type tensors")
+    return bitwise_not(input)

@@ -413,7 +413,10 @@ def acquire(fn, args: tuple, kwargs: dict, name: str | None = None) -> TracingTr
     try:
         return _acquire(fn, args, kwargs, name, numbers_as_constants=False)
     except TypeError as e:
-        if "NumberProxy" not in str(e):
+        # torch's argument parser does not always name the proxy: torch.ones(n, n) says
+        # "ones() takes 1 positional argument but 2 were given"
+        if "NumberProxy" not in str(e) and not any(
+                type(leaf) in (int, float, complex) for leaf in tree_flatten((args, kwargs))):
             raise
     return _acquire(fn, args, kwargs, name, numbers_as_constants=True)
 

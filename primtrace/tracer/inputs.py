@@ -22,6 +22,12 @@ _is_grad_enabled = torch.is_grad_enabled
 _NUMBER_TYPES = (int, float, complex)
 
 
+def _fits_64_bits(n: int) -> bool:
+    """torch takes ints in [-2**63, 2**64); a wider one (OverflowError in eager) is a constant
+    of the trace, its value part of the key."""
+    return -2**63 <= n < 2**64
+
+
 # --- call time ---------------------------------------------------------------------------
 def _leaf_key(x, leaves: list):
     if isinstance(x, _Tensor):
@@ -33,7 +39,7 @@ def _leaf_key(x, leaves: list):
     t = type(x)
     if t is float or t is int or t is complex:
         leaves.append(x)
-        return t
+        return t if t is not int or -2**63 <= x < 2**64 else (int, x)  # see _fits_64_bits
     if t is tuple or t is list:
         return (t, tuple([_leaf_key(v, leaves) for v in x]))
     if t is dict:
@@ -118,7 +124,7 @@ def proxify(trace, fn, args: tuple, kwargs: dict, numbers_as_constants: bool = F
         if t in _NUMBER_TYPES:
             p = trace.number(t, x, name=namer(name))
             inputs.append(p)
-            if numbers_as_constants:
+            if numbers_as_constants or (t is int and not _fits_64_bits(x)):
                 p.specialized = True
                 return x
             return p

@@ -29,9 +29,11 @@ NAMESPACES = (
 _PRINT_MODULE = {ns: module for ns, _, module in NAMESPACES}
 
 #: where the refs of a namespace are looked up, in order.
+#: torch.X and Tensor.X fall back to the nn.functional and special refs of that name
+#: (torch.hardshrink and torch.threshold are F.hardshrink's and F.threshold's kernels).
 REF_MODULES = {
-    "torch": ("primtrace.refs",),
-    "Tensor": ("primtrace.refs",),
+    "torch": ("primtrace.refs", "primtrace.refs.nn.functional", "primtrace.refs.special"),
+    "Tensor": ("primtrace.refs", "primtrace.refs.nn.functional", "primtrace.refs.special"),
     "special": ("primtrace.refs.special", "primtrace.refs"),
     "nn.functional": ("primtrace.refs.nn.functional", "primtrace.refs"),
 }
@@ -43,7 +45,8 @@ OPERATORS = {
     "and": "bitwise_and", "or": "bitwise_or", "xor": "bitwise_xor",
     "lshift": "bitwise_left_shift", "rshift": "bitwise_right_shift",
     "eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge",
-    "neg": "neg", "pos": "positive", "abs": "abs", "invert": "bitwise_not",
+    "neg": "neg", "pos": "positive", "abs": "abs",
+    "invert": "invert",  # refs.invert: bitwise_not after the TypeError eager's ~ raises first
 }
 
 #: torch spellings whose ref may live under another name (tried after the name itself).
@@ -57,7 +60,11 @@ ALIASES = {
     "expit": ("sigmoid",), "psi": ("digamma",), "gammaln": ("lgamma",),
     "floor_divide": ("floor_div",), "bitwise_left_shift": ("shift_left",),
     "bitwise_right_shift": ("shift_right",),
+    "_threshold": ("threshold",),  # F.threshold is the function F._threshold
 }
+
+#: Tensor methods whose torch function takes self second: x.polygamma(n) is torch.polygamma(n, x).
+SELF_SECOND = frozenset({"polygamma"})
 
 #: calls that read tensor values into Python: they cannot be traced.
 DATA_DEPENDENT = frozenset({
@@ -190,6 +197,8 @@ def resolve(func) -> Target:
     if (name.endswith("_") and not name.startswith("_") and "." not in name
             and namespace in ("Tensor", "torch", "nn.functional")):
         return Target(namespace, name, find_inplace_ref(namespace, name[:-1]), inplace=True)
+    if namespace == "Tensor" and name in SELF_SECOND:
+        return Target(namespace, name, find_ref(namespace, name), swap=True)
     return Target(namespace, name, find_ref(namespace, name))
 
 
@@ -227,5 +236,8 @@ def bind(ref: Symbol, args: tuple, kwargs: dict):
     try:
         sig.bind(*args, **kwargs)
     except TypeError:
+        return None
+    declines = getattr(ref, "declines", None)  # calls the ref leaves to torch (x.to("cuda"))
+    if declines is not None and declines(*args, **kwargs):
         return None
     return tuple(args), kwargs

@@ -74,9 +74,16 @@ class _Rewriter:
                     node.executor)
 
     def may_replace(self, old: Proxy, new: Proxy) -> bool:
+        """Never merge two returned values (eager returns distinct tensors) nor return an
+        input in place of a computed output."""
         if old.name in self.mutated or new.name in self.mutated:
             return False
-        return not (old.name in self.outputs and new.name in self.inputs)
+        return not (old.name in self.outputs and (new.name in self.inputs or new.name in self.outputs))
+
+    def substitute(self, old: Proxy, new: Proxy) -> None:
+        self.replace[old.name] = new
+        if old.name in self.outputs:
+            self.outputs.add(new.name)  # new is returned now: a later twin may not merge into it
 
     def result(self, nodes: list[Node]) -> Trace:
         new = self.trace.derive(nodes, self.trace.stage)
@@ -129,7 +136,8 @@ def cse(trace: Trace) -> Trace:
             if first is not None:
                 pairs = list(zip(node.output_proxies, first.output_proxies))
                 if all(rw.may_replace(old, new) for old, new in pairs):
-                    rw.replace.update((old.name, new) for old, new in pairs)
+                    for old, new in pairs:
+                        rw.substitute(old, new)
                     continue
             else:
                 seen[key] = node
@@ -147,7 +155,7 @@ def remove_noop_converts(trace: Trace) -> Trace:
             src, dtype = _convert_parts(node)
             out = node.outputs
             if isinstance(src, TensorProxy) and src.dtype == dtype and rw.may_replace(out, src):
-                rw.replace[out.name] = src
+                rw.substitute(out, src)
                 continue
         kept.append(node)
     return rw.result(kept)
@@ -200,7 +208,7 @@ def remove_round_trips(trace: Trace, *, lossy: bool = False) -> Trace:
                 if (isinstance(x, TensorProxy) and x.dtype == dtype
                         and (lossy or holds_exactly(x.dtype, src.dtype))
                         and rw.may_replace(node.outputs, x)):
-                    rw.replace[node.outputs.name] = x
+                    rw.substitute(node.outputs, x)
                     continue
             if isinstance(node.outputs, Proxy):
                 converts[node.outputs.name] = node
