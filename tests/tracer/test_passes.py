@@ -44,9 +44,20 @@ def test_cse_merges_equal_pure_nodes():
 
 
 def test_cse_keeps_different_constants_apart():
-    t = build([("a", torch.float32)], lambda a: (prims.mul(a, 0.0), prims.mul(a, -0.0),
-                                                 prims.mul(a, 0.0)))
-    assert names(passes.cse(t)) == ["mul", "mul"]  # 0.0 and -0.0 differ, the twin goes
+    t = build([("a", torch.float32)], lambda a: prims.add(
+        prims.add(prims.mul(a, 0.0), prims.mul(a, -0.0)), prims.mul(a, 0.0)))
+    assert names(passes.cse(t)) == ["mul", "mul", "add", "add"]  # 0.0 and -0.0 differ, the twin goes
+
+
+def test_cse_never_returns_one_tensor_for_two_outputs():
+    """Eager returns distinct tensors for (x + 1, x + 1): merging them would alias outputs."""
+    def f(x):
+        return x + 1, x + 1, torch.zeros(3), torch.zeros(3)
+    jf = primtrace.jit(f)
+    a, b, c, d = jf(torch.ones(3))
+    assert a is not b and c is not d
+    a.add_(1)
+    assert b.tolist() == [2.0, 2.0, 2.0]
 
 
 def test_cse_does_not_merge_reads_around_a_write():
