@@ -1,0 +1,228 @@
+"""Vectorizable erf and erfc (float32 and float64).
+
+Small |x|: erf(a) = a + a*E(a*a), minimax on [0, 0.84375]; below 1/2 erfc = 1 - erf,
+written 1 - (a + aE) below 1/4 and 0.5 - ((a - 0.5) + aE) above, so the big subtraction
+is exact (above 1/2, E's alternating terms would cost erfc a ULP).
+
+Tail (a >= 1/2 for erfc, 0.84375 for erf): erfc(a) = e**(-a*a) * H(t) / a with
+t = (a - K)/(a + K) and H = a * erfcx(a) one minimax polynomial in t over the whole tail
+(H is flat, 0.31 .. 0.56, so Horner is well conditioned). e**(-a*a) comes from an exact
+split of a*a (a = ah + al with ah's low bits cleared: -ah*ah exact, the rest a small
+second word) as a double-word value; H comes as hi + lo (float32: evaluated in float64;
+float64: double-word last steps, t's rounding carried to first order); the product and
+the division by a are double-word, so the tail has about one rounding.
+erf(a) = 1 - erfc(a) above 0.84375 with a cheaper tail, since erfc's error is scaled by
+erfc/erf <= 0.3 there (float32: plain float64 arithmetic; float64: plain float64 without
+the double-word steps); erfc(-a) = 2 - erfc(a).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from primtrace.executors.numba import vmath_coeffs as C
+from primtrace.executors.numba.vmath_core import (F32, F64, LN2, bits_f32, bits_f64, copysign,
+                                                  div_dd_f32, div_dd_f64, f32_bits, f64_bits,
+                                                  fabs, hi_lo, ldexp_f32, ldexp_f64, pow2i_f64,
+                                                  rint, two_prod_f32, two_prod_f64, two_sum,
+                                                  vjit)
+from primtrace.executors.numba.vmath_exp_log import exp_core_f64, exp_dd_f32, exp_dd_f64
+
+_ERF32, _ERF64, _ERFC32, _ERFC64 = C.ERF_F32, C.ERF_F64, C.ERFC_F32, C.ERFC_F64
+_K32D, _XMAX32 = F64(C.ERFC_MAP_F32[2]), F32(C.ERFC_MAP_F32[1])
+_EXP32D = C.EXP_F32.astype(np.float64)
+_LOG2E_D = F64(1.4426950408889634)
+_LN2H_D, _LN2L_D = hi_lo(LN2, F64, 42)
+_ERFC32D = _ERFC32.astype(np.float64)
+_K64, _XMAX64 = F64(C.ERFC_MAP_F64[2]), F64(C.ERFC_MAP_F64[1])
+
+
+@vjit
+def erfc_tail_f32(a):
+    """erfc(a) for 0.5 <= a (0 beyond the float32 underflow point, NaN for NaN)."""
+    # t and H in float64: H's Horner partial sums are as large as H itself, so float32
+    # evaluation would cost a ULP; 11 float64 multiply-adds are cheaper than
+    # double-word float32 ones
+    ad = F64(a)
+    t = (ad - _K32D) / (ad + _K32D)
+    P = _ERFC32D
+    h = P[0] + t * (P[1] + t * (P[2] + t * (P[3] + t * (P[4] + t * (P[5] + t * (
+        P[6] + t * (P[7] + t * (P[8] + t * (P[9] + t * P[10])))))))))
+    hh = F32(h)
+    hl = F32(h - F64(hh))
+    ah = bits_f32(f32_bits(a) & np.int32(-4096))       # 12 bits: ah*ah exact
+    al = a - ah
+    ph, pl, k = exp_dd_f32(-(ah * ah), -((F32(2.0) * ah) * al + al * al))
+    nh, ne = two_prod_f32(ph, hh)         # (ph + pl) * (hh + hl), double-word
+    y = ldexp_f32(div_dd_f32(nh, ne + (pl * hh + ph * hl), a, F32(0.0)), k)
+    return F32(0.0) if a > _XMAX32 else y
+
+
+@vjit
+def erfc_tail_f64(a):
+    """float64 version of erfc_tail_f32: t's rounding error is carried to first order and
+    the last two Horner steps are double-word."""
+    nh, nl = two_sum(a, -_K64)           # a - K and a + K exactly
+    dh, dl = two_sum(a, _K64)
+    d = dh + dl
+    t = (nh + nl) / d
+    p, pe = two_prod_f64(t, dh)
+    tl = (((nh - p) - pe) + (nl - t * dl)) / d   # t_exact = t + tl; H' * tl is added below
+    P = _ERFC64
+    h = P[23]                              # Horner, written out (no inner loop)
+    h = P[22] + t * h
+    h = P[21] + t * h
+    h = P[20] + t * h
+    h = P[19] + t * h
+    h = P[18] + t * h
+    h = P[17] + t * h
+    h = P[16] + t * h
+    h = P[15] + t * h
+    h = P[14] + t * h
+    h = P[13] + t * h
+    h = P[12] + t * h
+    h = P[11] + t * h
+    h = P[10] + t * h
+    h = P[9] + t * h
+    h = P[8] + t * h
+    h = P[7] + t * h
+    h = P[6] + t * h
+    h = P[5] + t * h
+    h = P[4] + t * h
+    h = P[3] + t * h
+    h = P[2] + t * h
+    # the last two steps in double-word arithmetic (their partial sums are ~H)
+    uh, ue = two_prod_f64(t, h)
+    sh, se = two_sum(P[1], uh)
+    vh, ve = two_prod_f64(t, sh)
+    hh, he = two_sum(P[0], vh)
+    dH = P[1] + t * (F64(2.0) * P[2] + t * (F64(3.0) * P[3] + t * (F64(4.0) * P[4])))
+    hl = he + ((ve + t * (se + ue)) + dH * tl)
+    ah = bits_f64(f64_bits(a) & np.int64(-134217728))  # 26 bits: ah*ah exact
+    al = a - ah
+    ph, pl, k = exp_dd_f64(-(ah * ah), -((F64(2.0) * ah) * al + al * al))
+    nh, ne = two_prod_f64(ph, hh)
+    y = ldexp_f64(div_dd_f64(nh, ne + (pl * hh + ph * hl), a, F64(0.0)), k)
+    return F64(0.0) if a > _XMAX64 else y
+
+
+@vjit
+def _erfc_f64_of_f32(a):
+    """erfc(a) as float64 to ~2**-30 relative, for float32 0.84375 <= a (NaN -> 10): all
+    float32 erf needs. Plain float64 arithmetic throughout (t, H, e**-a*a from the float32
+    exp polynomial, the quotient): cheaper than the double-word float32 tail."""
+    ad = F64(a if a < F32(10.0) else F32(10.0))
+    t = (ad - _K32D) / (ad + _K32D)
+    P = _ERFC32D
+    h = P[0] + t * (P[1] + t * (P[2] + t * (P[3] + t * (P[4] + t * (P[5] + t * (
+        P[6] + t * (P[7] + t * (P[8] + t * (P[9] + t * P[10])))))))))
+    u = -(ad * ad)                                   # exact: a has 24 bits
+    kf = rint(u * _LOG2E_D)
+    r = (u - kf * _LN2H_D) - kf * _LN2L_D
+    E = _EXP32D
+    e = (F64(1.0) + (r + r * r * (E[0] + r * (E[1] + r * (E[2] + r * (E[3] + r * (
+        E[4] + r * E[5]))))))) * pow2i_f64(np.int64(kf))
+    return e * h / ad
+
+
+@vjit
+def _erfc_rough_f64(a):
+    """erfc(a) to a few float64 ULP for 0.84375 <= a, in plain arithmetic: all erf needs
+    (a clamped to 6.5, where erf is 1; NaN -> 6.5, erf patches NaN)."""
+    a = a if a < F64(6.5) else F64(6.5)
+    t = (a - _K64) / (a + _K64)
+    P = _ERFC64
+    h = P[23]
+    h = P[22] + t * h
+    h = P[21] + t * h
+    h = P[20] + t * h
+    h = P[19] + t * h
+    h = P[18] + t * h
+    h = P[17] + t * h
+    h = P[16] + t * h
+    h = P[15] + t * h
+    h = P[14] + t * h
+    h = P[13] + t * h
+    h = P[12] + t * h
+    h = P[11] + t * h
+    h = P[10] + t * h
+    h = P[9] + t * h
+    h = P[8] + t * h
+    h = P[7] + t * h
+    h = P[6] + t * h
+    h = P[5] + t * h
+    h = P[4] + t * h
+    h = P[3] + t * h
+    h = P[2] + t * h
+    h = P[1] + t * h
+    h = P[0] + t * h
+    p, k = exp_core_f64(-(a * a))
+    return ldexp_f64(p * (h / a), k)
+
+
+@vjit
+def _erf_small_f32(a):
+    """erf(a) - a for |a| < 0.84375."""
+    z = a * a
+    P = _ERF32
+    return a * (P[0] + z * (P[1] + z * (P[2] + z * (P[3] + z * (P[4] + z * (P[5] + z * P[6]))))))
+
+
+@vjit
+def _erf_small_f64(a):
+    """erf(a) - a for |a| < 0.84375."""
+    z = a * a
+    P = _ERF64
+    return a * (P[0] + z * (P[1] + z * (P[2] + z * (P[3] + z * (P[4] + z * (P[5] + z * (
+        P[6] + z * (P[7] + z * (P[8] + z * (P[9] + z * (P[10] + z * P[11])))))))))))
+
+
+@vjit
+def erf_f32(x):
+    """erf, float32."""
+    x = F32(x)
+    a = fabs(x)
+    ys = a + _erf_small_f32(a)
+    yb = F32(F64(1.0) - _erfc_f64_of_f32(F32(0.84375) if a < F32(0.84375) else a))
+    y = copysign(ys if a < F32(0.84375) else yb, x)
+    return y if x == x else x
+
+
+@vjit
+def erf_f64(x):
+    """erf, float64."""
+    x = F64(x)
+    a = fabs(x)
+    ys = a + _erf_small_f64(a)
+    yb = F64(1.0) - _erfc_rough_f64(F64(0.84375) if a < F64(0.84375) else a)
+    y = copysign(ys if a < F64(0.84375) else yb, x)
+    return y if x == x else x
+
+
+@vjit
+def erfc_f32(x):
+    """erfc, float32."""
+    x = F32(x)
+    a = fabs(x)
+    er = _erf_small_f32(a)
+    sp = (F32(1.0) - (a + er)) if a < F32(0.25) else (F32(0.5) - ((a - F32(0.5)) + er))
+    sn = F32(1.0) + (a + er)
+    tail = erfc_tail_f32(F32(0.5) if a < F32(0.5) else a)   # NaN stays NaN
+    small = a < F32(0.5)
+    pos = sp if small else tail
+    neg = sn if small else F32(2.0) - tail
+    return neg if x < F32(0.0) else pos
+
+
+@vjit
+def erfc_f64(x):
+    """erfc, float64."""
+    x = F64(x)
+    a = fabs(x)
+    er = _erf_small_f64(a)
+    sp = (F64(1.0) - (a + er)) if a < F64(0.25) else (F64(0.5) - ((a - F64(0.5)) + er))
+    sn = F64(1.0) + (a + er)
+    tail = erfc_tail_f64(F64(0.5) if a < F64(0.5) else a)   # NaN stays NaN
+    small = a < F64(0.5)
+    pos = sp if small else tail
+    neg = sn if small else F64(2.0) - tail
+    return neg if x < F64(0.0) else pos

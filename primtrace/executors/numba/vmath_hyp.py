@@ -1,0 +1,278 @@
+"""Vectorizable sinh, cosh, tanh, sigmoid, asinh, acosh, atanh (float32 and float64),
+built on the exp/expm1/log1p kernels of ``vmath_exp_log``.
+
+The exp and expm1 values come as double-word (hi + lo) sums, so the one rounding that
+counts is the last one.
+
+sinh: odd minimax polynomial for |x| < 1; above, e**|x| as (ph + pl) * 2**k so that
+h = e/2 = (ph + pl) * 2**(k-1) does not overflow where sinh is still finite, and
+sinh = h - 1/(4h). cosh = h + 1/(4h) everywhere (no cancellation).
+tanh: odd polynomial for |x| < 0.55, else t/(t + 2) with t = expm1(2|x|).
+sigmoid: with e = exp(-|x|) in (0, 1], 1/(1+e) for x >= 0 and e/(1+e) for x < 0, so
+neither side overflows or cancels (float32: in float64, one rounding; float64: double-word
+exp and a one-step corrected division).
+"""
+from __future__ import annotations
+
+from primtrace.executors.numba import vmath_coeffs as C
+import numpy as np
+
+from primtrace.executors.numba.vmath_core import (F32, F64, copysign, div_dd_f32, div_dd_f64,
+                                                  fabs, fast_two_sum, ldexp_f32, ldexp_f64,
+                                                  pow2i_f64, rint, sqrt, two_prod_f32,
+                                                  two_prod_f64, two_sum, vjit)
+from primtrace.executors.numba.vmath_exp_log import (exp_core_dd_f32, exp_core_dd_f64,
+                                                     expm1_core_f32, expm1_core_f64,
+                                                     log1p_f32, log1p_f64)
+
+_SINH32, _SINH64, _TANH32, _TANH64 = C.SINH_F32, C.SINH_F64, C.TANH_F32, C.TANH_F64
+
+
+@vjit
+def _half_exp_f32(a):
+    """e**a / 2 == hh + hl (double-word) without intermediate overflow (a <= 90)."""
+    ph, pl, k = exp_core_dd_f32(a)
+    return ldexp_f32(ph, k - 1), ldexp_f32(pl, k - 1)
+
+
+@vjit
+def _half_exp_f64(a):
+    """e**a / 2 == hh + hl without intermediate overflow (a <= 712)."""
+    ph, pl, k = exp_core_dd_f64(a)
+    return ldexp_f64(ph, k - 1), ldexp_f64(pl, k - 1)
+
+
+@vjit
+def sinh_f32(x):
+    """sinh, float32."""
+    x = F32(x)
+    a = fabs(x)
+    z = a * a
+    P = _SINH32
+    ys = a + a * z * (P[0] + z * (P[1] + z * (P[2] + z * P[3])))
+    hh, hl = _half_exp_f32(a)
+    yb = hh + (hl - F32(0.25) / (hh + hl))
+    y = copysign(ys if a < F32(1.0) else yb, x)
+    return y if x == x else x
+
+
+@vjit
+def sinh_f64(x):
+    """sinh, float64."""
+    x = F64(x)
+    a = fabs(x)
+    z = a * a
+    P = _SINH64
+    ys = a + a * z * (P[0] + z * (P[1] + z * (P[2] + z * (P[3] + z * (P[4] + z * (
+        P[5] + z * (P[6] + z * P[7])))))))
+    hh, hl = _half_exp_f64(a)
+    yb = hh + (hl - F64(0.25) / (hh + hl))
+    y = copysign(ys if a < F64(1.0) else yb, x)
+    return y if x == x else x
+
+
+@vjit
+def cosh_f32(x):
+    """cosh, float32."""
+    x = F32(x)
+    hh, hl = _half_exp_f32(fabs(x))
+    y = hh + (hl + F32(0.25) / (hh + hl))
+    return y if x == x else x
+
+
+@vjit
+def cosh_f64(x):
+    """cosh, float64."""
+    x = F64(x)
+    hh, hl = _half_exp_f64(fabs(x))
+    y = hh + (hl + F64(0.25) / (hh + hl))
+    return y if x == x else x
+
+
+@vjit
+def tanh_f32(x):
+    """tanh, float32."""
+    x = F32(x)
+    a = fabs(x)
+    z = a * a
+    P = _TANH32
+    ys = a + a * z * (P[0] + z * (P[1] + z * (P[2] + z * (P[3] + z * (P[4] + z * P[5])))))
+    th, tl = expm1_core_f32(F32(2.0) * a)
+    dh, dl = fast_two_sum(th, F32(2.0))
+    yb = div_dd_f32(th, tl, dh, dl + tl)
+    yb = F32(1.0) if a > F32(9.5) else yb
+    y = copysign(ys if a < F32(0.55) else yb, x)
+    return y if x == x else x
+
+
+@vjit
+def tanh_f64(x):
+    """tanh, float64."""
+    x = F64(x)
+    a = fabs(x)
+    z = a * a
+    P = _TANH64
+    ys = a + a * z * (P[0] + z * (P[1] + z * (P[2] + z * (P[3] + z * (P[4] + z * (P[5] + z * (
+        P[6] + z * (P[7] + z * (P[8] + z * (P[9] + z * (P[10] + z * (P[11] + z * (
+            P[12] + z * P[13])))))))))))))
+    th, tl = expm1_core_f64(F64(2.0) * a)
+    dh, dl = fast_two_sum(th, F64(2.0))
+    yb = div_dd_f64(th, tl, dh, dl + tl)
+    yb = F64(1.0) if a > F64(20.0) else yb
+    y = copysign(ys if a < F64(0.55) else yb, x)
+    return y if x == x else x
+
+
+_EXP32D = C.EXP_F32.astype(np.float64)
+_LOG2E_D, _LN2_D = F64(1.4426950408889634), F64(0.6931471805599453)
+
+
+@vjit
+def sigmoid_f32(x):
+    """1/(1 + e**-x), float32, evaluated in float64 and rounded once: e**-|x| from the
+    float32 exp polynomial (2**-31 relative is plenty), no double-word steps. Cheaper than
+    float32 double-word arithmetic, and sigmoid is too common to be 3x slower than torch."""
+    x = F32(x)
+    a = F64(fabs(x))
+    a = a if a < F64(104.0) else F64(104.0)             # e**-104 underflows float32 anyway
+    kf = rint(-a * _LOG2E_D)
+    r = -a - kf * _LN2_D                                # |kf| <= 150: plenty exact
+    P = _EXP32D
+    e = (F64(1.0) + (r + r * r * (P[0] + r * (P[1] + r * (P[2] + r * (P[3] + r * (
+        P[4] + r * P[5]))))))) * pow2i_f64(np.int64(kf))
+    y = F32((F64(1.0) if x >= F32(0.0) else e) / (F64(1.0) + e))
+    return y if x == x else x
+
+
+@vjit
+def sigmoid_f64(x):
+    """1/(1 + e**-x), float64."""
+    x = F64(x)
+    ph, pl, k = exp_core_dd_f64(-fabs(x))
+    eh, el = ldexp_f64(ph, k), ldexp_f64(pl, k)
+    dh, dl = fast_two_sum(F64(1.0), eh)
+    pos = div_dd_f64(F64(1.0), F64(0.0), dh, dl + el)
+    neg = ldexp_f64(div_dd_f64(ph, pl, dh, dl + el), k)   # scaled last: one rounding
+    y = pos if x >= F64(0.0) else neg                         # into the subnormals
+    return y if x == x else x
+
+
+# Inverse hyperbolics, all through log1p of a double-word argument uh + ul (so small
+# arguments keep their precision; log1p(uh + ul) = log1p(uh) + ul/(1 + uh)):
+# asinh(a) = log1p(a + a*a/(1 + sqrt(1 + a*a))), acosh(x) = log1p(t + sqrt(t*t + 2t)) with
+# t = x - 1 (exact near 1) and the square root carried to double-word, atanh(a) =
+# log1p(2a + 2a*a/(1 - a))/2 (fdlibm's split at 1/2). Above 2**30 / 2**500, where a*a
+# would lose range, log(2a) = log1p(a) + ln2 (1/a is below half an ULP there).
+_LN2_32, _LN2_64 = F32(0.6931471805599453), F64(0.6931471805599453)
+_BIG32, _BIG64 = F32(2.0 ** 30), F64(2.0 ** 500)
+_TINY32, _TINY64 = F32(2.0 ** -12), F64(2.0 ** -28)
+
+
+@vjit
+def _log1p_dd_f32(uh, ul):
+    return log1p_f32(uh) + ul / (F32(1.0) + uh)
+
+
+@vjit
+def _log1p_dd_f64(uh, ul):
+    return log1p_f64(uh) + ul / (F64(1.0) + uh)
+
+
+@vjit
+def asinh_f32(x):
+    """asinh, float32."""
+    x = F32(x)
+    a = fabs(x)
+    big = a > _BIG32
+    uh, ul = two_sum(a, a * a / (F32(1.0) + sqrt(F32(1.0) + a * a)))
+    y = _log1p_dd_f32(a if big else uh, F32(0.0) if big else ul)
+    y = copysign(y + (_LN2_32 if big else F32(0.0)), x)
+    return x if a < _TINY32 else y
+
+
+@vjit
+def asinh_f64(x):
+    """asinh, float64."""
+    x = F64(x)
+    a = fabs(x)
+    big = a > _BIG64
+    uh, ul = two_sum(a, a * a / (F64(1.0) + sqrt(F64(1.0) + a * a)))
+    y = _log1p_dd_f64(a if big else uh, F64(0.0) if big else ul)
+    y = copysign(y + (_LN2_64 if big else F64(0.0)), x)
+    return x if a < _TINY64 else y
+
+
+@vjit
+def _acosh_arg_f32(t):
+    """t + sqrt(t*t + 2t) as a double-word value."""
+    t2h, t2l = two_prod_f32(t, t)
+    wh, we = two_sum(F32(2.0) * t, t2h)
+    wl = we + t2l
+    sh = sqrt(wh)
+    p, pe = two_prod_f32(sh, sh)
+    sl = (((wh - p) - pe) + wl) / (F32(2.0) * sh)
+    sl = sl if sh > F32(0.0) else F32(0.0)
+    uh, ue = two_sum(t, sh)
+    return uh, ue + sl
+
+
+@vjit
+def _acosh_arg_f64(t):
+    """t + sqrt(t*t + 2t) as a double-word value."""
+    t2h, t2l = two_prod_f64(t, t)
+    wh, we = two_sum(F64(2.0) * t, t2h)
+    wl = we + t2l
+    sh = sqrt(wh)
+    p, pe = two_prod_f64(sh, sh)
+    sl = (((wh - p) - pe) + wl) / (F64(2.0) * sh)
+    sl = sl if sh > F64(0.0) else F64(0.0)
+    uh, ue = two_sum(t, sh)
+    return uh, ue + sl
+
+
+@vjit
+def acosh_f32(x):
+    """acosh, float32 (NaN below 1)."""
+    x = F32(x)
+    big = x > _BIG32
+    uh, ul = _acosh_arg_f32(F32(1.0) if big else x - F32(1.0))
+    y = _log1p_dd_f32(x if big else uh, F32(0.0) if big else ul)
+    y = y + (_LN2_32 if big else F32(0.0))
+    return y if x >= F32(1.0) else F32(np.nan) + x
+
+
+@vjit
+def acosh_f64(x):
+    """acosh, float64 (NaN below 1)."""
+    x = F64(x)
+    big = x > _BIG64
+    uh, ul = _acosh_arg_f64(F64(1.0) if big else x - F64(1.0))
+    y = _log1p_dd_f64(x if big else uh, F64(0.0) if big else ul)
+    y = y + (_LN2_64 if big else F64(0.0))
+    return y if x >= F64(1.0) else F64(np.nan) + x
+
+
+@vjit
+def atanh_f32(x):
+    """atanh, float32 (+-inf at +-1, NaN beyond)."""
+    x = F32(x)
+    a = fabs(x)
+    t = a + a
+    small = a < F32(0.5)
+    uh, ul = two_sum(t, t * a / (F32(1.0) - a))
+    y = _log1p_dd_f32(uh if small else t / (F32(1.0) - a), ul if small else F32(0.0))
+    y = copysign(F32(0.5) * y, x)
+    return x if a < _TINY32 else y
+
+
+@vjit
+def atanh_f64(x):
+    """atanh, float64 (+-inf at +-1, NaN beyond)."""
+    x = F64(x)
+    a = fabs(x)
+    t = a + a
+    small = a < F64(0.5)
+    uh, ul = two_sum(t, t * a / (F64(1.0) - a))
+    y = _log1p_dd_f64(uh if small else t / (F64(1.0) - a), ul if small else F64(0.0))
+    y = copysign(F64(0.5) * y, x)
+    return x if a < _TINY64 else y

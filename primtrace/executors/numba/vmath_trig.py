@@ -1,0 +1,261 @@
+"""Vectorizable sin, cos, tan (float32 and float64) with a branch-free Payne-Hanek reduction.
+
+Argument reduction: |x| < pi/4 is used as is. Otherwise x = M * 2**e (M the integer
+significand) is multiplied, in integer arithmetic, by the window of bits of 2/pi that
+matters for that exponent: the bits whose product with x is a multiple of 4 (whole turns)
+are left out, and 96 (float32) / 192 (float64) bits after them are enough for any float
+(worst-case cancellation is about 2**-30 / 2**-61 relative). 2/pi comes from Machin's
+formula in Python integers at import. float32 cuts its window out of one 320-bit
+constant with per-lane variable shifts and selects; float64 reads it from a per-exponent
+table (2048 x 3 uint64, three gathers). Then a few 32x32->64 bit multiplies and shifts:
+no branch, no loop, the same instructions for every lane. The fixed-point result gives
+the quadrant q and r in [-pi/4, pi/4] as a hi + lo pair (float32: through one float64
+multiply; float64: a double-word product with pi/2).
+
+There is no separate Cody-Waite path: in branch-free code every lane pays for every path,
+so one reduction that is exact for all magnitudes is cheaper than two. (Gathers are slow
+enough on AVX-512 parts to dominate a float32 sin, hence the shift version there.)
+
+Kernels: sin(r) = r + r**3 S(r*r), cos(r) = 1 - r*r/2 + r**4 C(r*r) (minimax), with the
+lo word folded in to first order; tan = sin/cos or -cos/sin by quadrant.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from primtrace.executors.numba import vmath_coeffs as C
+from primtrace.executors.numba.vmath_core import (F32, F64, U64, PI_2, PI_4, div_dd_f32,
+                                                  div_dd_f64, f32_bits,
+                                                  f64_bits, fabs, fast_two_sum, hi_lo,
+                                                  two_prod_f64, two_sum, vjit)
+
+
+def _arctan_inv(n, scale):
+    """arctan(1/n) * scale in fixed point (alternating Taylor series)."""
+    total, term, k, sign = 0, scale // n, 1, 1
+    while term:
+        total += sign * (term // k)
+        term //= n * n
+        k += 2
+        sign = -sign
+    return total
+
+
+def two_over_pi_bits(nbits):
+    """floor(2/pi * 2**nbits) (the last few bits may be off; callers use far fewer)."""
+    guard = 64
+    scale = 1 << (nbits + guard)
+    pi_fx = 4 * (4 * _arctan_inv(5, scale) - _arctan_inv(239, scale))
+    return (1 << (2 * (nbits + guard) + 1 - guard)) // pi_fx
+
+
+def _windows(n_exp, bias_plus_mant, width, words, word_bits):
+    """Per biased exponent E: the `width` bits of 2/pi starting at bit E - bias_plus_mant - 1
+    (bit j has weight 2**-j), as `words` integers of `word_bits` each, most significant
+    first."""
+    top = n_exp - bias_plus_mant - 1 + width + 8
+    bits = two_over_pi_bits(top)
+    out = np.zeros((words, n_exp), np.uint64)
+    for E in range(n_exp):
+        shift = (E - bias_plus_mant - 1) + width - 1 - top   # floor(2/pi * 2**(j0+width-1))
+        w = bits >> -shift if shift < 0 else bits << shift
+        w &= (1 << width) - 1
+        for i in range(words):
+            out[i, E] = (w >> (word_bits * (words - 1 - i))) & ((1 << word_bits) - 1)
+    return out
+
+
+# float32: x = M * 2**(E-150); the 96-bit window starts at bit j0 = E-151 of 2/pi. Instead
+# of a per-exponent table (three gathers, which cost more than the rest of sin on AVX-512
+# parts), the window is cut out of one 320-bit constant with variable shifts: stream bit
+# s holds bit s-31 of 2/pi (zeros before the point), as five uint64 words.
+_Z32 = two_over_pi_bits(288)                 # floor(2/pi * 2**288): stream bits 0..319
+_ZW = [np.uint64((_Z32 >> (64 * (4 - k))) & ((1 << 64) - 1)) for k in range(5)]
+_Z0, _Z1, _Z2, _Z3, _Z4 = _ZW
+# float64: x = M * 2**(E-1075); window starts at bit E-1076, 192 bits.
+_W64 = _windows(2048, 1075, 192, 3, 64)
+_T64_0, _T64_1, _T64_2 = (np.ascontiguousarray(_W64[i]) for i in range(3))
+
+_M32 = U64(0xFFFFFFFF)
+_HALF62, _MASK62 = U64(1 << 61), U64((1 << 62) - 1)
+_S62 = U64(62)
+_S32 = U64(32)
+_SCALE32 = F64(float.fromhex("0x1.921fb54442d18p0") * 2.0 ** -62)   # pi/2 * 2**-62
+_TWOM62, _TWO64, _TWOM126 = F64(2.0 ** -62), F64(2.0 ** 64), F64(2.0 ** -126)
+_PIO2H64, _PIO2L64 = hi_lo(PI_2, F64)
+_PIO4_32, _PIO4_64 = F32(float(hi_lo(PI_4, F32)[0])), hi_lo(PI_4, F64)[0]
+_TINY32, _TINY64 = F32(2.0 ** -12), F64(2.0 ** -27)
+_INF32, _INF64 = F32(np.inf), F64(np.inf)
+_SIN32, _COS32, _SIN64, _COS64 = C.SIN_F32, C.COS_F32, C.SIN_F64, C.COS_F64
+
+
+@vjit
+def reduce_pio2_f32(x):
+    """x = q*pi/2 + (hi + lo), |hi + lo| <= pi/4; q as int32 (only q & 3 matters)."""
+    ix = f32_bits(x)
+    ia = ix & 0x7FFFFFFF
+    E = ia >> 23
+    M = U64((ia & 0x007FFFFF) | 0x00800000)
+    p = E - 120                                      # stream index of bit j0 = E - 151
+    p = p if p > 0 else 0                            # (|x| < 0.5 takes the small path)
+    w = p >> 6
+    sh = U64(p & 63)
+    s0 = _Z0 if w == 0 else (_Z1 if w == 1 else _Z2)
+    s1 = _Z1 if w == 0 else (_Z2 if w == 1 else _Z3)
+    s2 = _Z2 if w == 0 else (_Z3 if w == 1 else _Z4)
+    rs = U64(63) - sh                                # shifts stay below 64 (no poison)
+    hi64 = (s0 << sh) | ((s1 >> U64(1)) >> rs)
+    mid = (s1 << sh) | ((s2 >> U64(1)) >> rs)
+    w0, w1, w2 = hi64 >> _S32, hi64 & _M32, mid >> _S32
+    # bits 32..95 of the 120-bit M * window: 2 quadrant bits, 62 fraction bits
+    t = ((M * w0) << _S32) + M * w1 + ((M * w2) >> _S32)
+    t = t + _HALF62                                  # round to the nearest quadrant
+    q = np.int32(t >> _S62)
+    r = np.int64(t & _MASK62) - np.int64(1 << 61)
+    rd = F64(r) * _SCALE32
+    hi = F32(rd)
+    lo = F32(rd - F64(hi))
+    neg = ix < 0
+    hi = -hi if neg else hi
+    lo = -lo if neg else lo
+    q = -q if neg else q
+    small = fabs(x) < _PIO4_32
+    return (x if small else hi), (F32(0.0) if small else lo), (0 if small else q)
+
+
+@vjit
+def reduce_pio2_f64(x):
+    """float64 version: bits 64..191 of the 245-bit M * window, in 32-bit columns."""
+    ix = f64_bits(x)
+    ia = ix & 0x7FFFFFFFFFFFFFFF
+    E = ia >> 52
+    M = U64((ia & 0x000FFFFFFFFFFFFF) | 0x0010000000000000)
+    mh, ml = M >> _S32, M & _M32
+    W0, W1, W2 = _T64_0[E], _T64_1[E], _T64_2[E]
+    w0, w1, w2, w3, w4, w5 = W0 >> _S32, W0 & _M32, W1 >> _S32, W1 & _M32, W2 >> _S32, W2 & _M32
+    a0, a1, a2, a3, a4, a5 = ml * w0, ml * w1, ml * w2, ml * w3, ml * w4, ml * w5
+    b1, b2, b3, b4, b5 = mh * w1, mh * w2, mh * w3, mh * w4, mh * w5
+    s1 = (a5 >> _S32) + (a4 & _M32) + (b5 & _M32)
+    s2 = (a4 >> _S32) + (a3 & _M32) + (b5 >> _S32) + (b4 & _M32) + (s1 >> _S32)
+    s3 = (a3 >> _S32) + (a2 & _M32) + (b4 >> _S32) + (b3 & _M32) + (s2 >> _S32)
+    s4 = (a2 >> _S32) + (a1 & _M32) + (b3 >> _S32) + (b2 & _M32) + (s3 >> _S32)
+    s5 = (a1 >> _S32) + (a0 & _M32) + (b2 >> _S32) + (b1 & _M32) + (s4 >> _S32)
+    th = ((s5 << _S32) | (s4 & _M32)) + _HALF62      # binary point at bit 62 of th
+    tl = ((s3 & _M32) << _S32) | (s2 & _M32)
+    q = np.int64(th >> _S62)
+    hs = np.int64(th & _MASK62) - np.int64(1 << 61)
+    a = F64(hs)
+    rem = hs - np.int64(a)
+    h, l = two_sum(a * _TWOM62, (F64(rem) * _TWO64 + F64(tl)) * _TWOM126)
+    p, e = two_prod_f64(h, _PIO2H64)
+    e = e + (h * _PIO2L64 + l * _PIO2H64)
+    hi, lo = fast_two_sum(p, e)
+    neg = ix < 0
+    hi = -hi if neg else hi
+    lo = -lo if neg else lo
+    q = -q if neg else q
+    small = fabs(x) < _PIO4_64
+    return (x if small else hi), (F64(0.0) if small else lo), (0 if small else q)
+
+
+@vjit
+def _kernels_f32(h, l):
+    """sin(h+l) = sh + sl and cos(h+l) = ch + cl for |h+l| <= pi/4, as unevaluated sums
+    (tan divides them with a correction step)."""
+    z = h * h
+    S, Cc = _SIN32, _COS32
+    sl = h * z * (S[0] + z * (S[1] + z * (S[2] + z * S[3]))) + l * (F32(1.0) - F32(0.5) * z)
+    hz = F32(0.5) * z
+    w = F32(1.0) - hz
+    cl = ((F32(1.0) - w) - hz) + (z * z * (Cc[0] + z * (Cc[1] + z * (Cc[2] + z * Cc[3])))
+                                  - h * l)
+    return h, sl, w, cl
+
+
+@vjit
+def _kernels_f64(h, l):
+    """float64 version of _kernels_f32."""
+    z = h * h
+    S, Cc = _SIN64, _COS64
+    ps = S[0] + z * (S[1] + z * (S[2] + z * (S[3] + z * (S[4] + z * S[5]))))
+    sl = h * z * ps + l * (F64(1.0) - F64(0.5) * z)
+    pc = Cc[0] + z * (Cc[1] + z * (Cc[2] + z * (Cc[3] + z * (Cc[4] + z * Cc[5]))))
+    hz = F64(0.5) * z
+    w = F64(1.0) - hz
+    cl = ((F64(1.0) - w) - hz) + (z * z * pc - h * l)
+    return h, sl, w, cl
+
+
+@vjit
+def sin_f32(x):
+    """sin, float32; correct for every finite argument."""
+    x = F32(x)
+    h, l, q = reduce_pio2_f32(x)
+    sh, sl, ch, cl = _kernels_f32(h, l)
+    y = (ch + cl) if (q & 1) != 0 else (sh + sl)
+    y = -y if (q & 2) != 0 else y
+    ax = fabs(x)
+    y = x if ax < _TINY32 else y
+    return y if ax < _INF32 else x - x
+
+
+@vjit
+def cos_f32(x):
+    """cos, float32."""
+    x = F32(x)
+    h, l, q = reduce_pio2_f32(x)
+    sh, sl, ch, cl = _kernels_f32(h, l)
+    y = (sh + sl) if (q & 1) != 0 else (ch + cl)
+    y = -y if ((q + 1) & 2) != 0 else y
+    return y if fabs(x) < _INF32 else x - x
+
+
+@vjit
+def tan_f32(x):
+    """tan, float32: sin/cos of the reduced argument (-cos/sin in odd quadrants), both
+    kept as hi + lo sums and divided with one correction step."""
+    x = F32(x)
+    h, l, q = reduce_pio2_f32(x)
+    sh, sl, ch, cl = _kernels_f32(h, l)
+    odd = (q & 1) != 0
+    y = div_dd_f32(ch if odd else sh, cl if odd else sl, -sh if odd else ch, -sl if odd else cl)
+    ax = fabs(x)
+    y = x if ax < _TINY32 else y
+    return y if ax < _INF32 else x - x
+
+
+@vjit
+def sin_f64(x):
+    """sin, float64; correct for every finite argument."""
+    x = F64(x)
+    h, l, q = reduce_pio2_f64(x)
+    sh, sl, ch, cl = _kernels_f64(h, l)
+    y = (ch + cl) if (q & 1) != 0 else (sh + sl)
+    y = -y if (q & 2) != 0 else y
+    ax = fabs(x)
+    y = x if ax < _TINY64 else y
+    return y if ax < _INF64 else x - x
+
+
+@vjit
+def cos_f64(x):
+    """cos, float64."""
+    x = F64(x)
+    h, l, q = reduce_pio2_f64(x)
+    sh, sl, ch, cl = _kernels_f64(h, l)
+    y = (sh + sl) if (q & 1) != 0 else (ch + cl)
+    y = -y if ((q + 1) & 2) != 0 else y
+    return y if fabs(x) < _INF64 else x - x
+
+
+@vjit
+def tan_f64(x):
+    """tan, float64."""
+    x = F64(x)
+    h, l, q = reduce_pio2_f64(x)
+    sh, sl, ch, cl = _kernels_f64(h, l)
+    odd = (q & 1) != 0
+    y = div_dd_f64(ch if odd else sh, cl if odd else sl, -sh if odd else ch, -sl if odd else cl)
+    ax = fabs(x)
+    y = x if ax < _TINY64 else y
+    return y if ax < _INF64 else x - x
