@@ -29,12 +29,18 @@ def jitted(fn, name: str):
     """
     wrapper = re.fullmatch(r"(\w+)\.<locals>\.run", getattr(fn, "__qualname__", ""))
     if wrapper and wrapper.group(1) == "inplace":
-        return inplace(primtrace.jit(lambda self, *a, **k: getattr(self, name)(*a, **k)))
+        return inplace(primtrace.jit(lambda self, *a, **k: getattr(self, name)(*a, **k),
+                                     executors=TORCH_ONLY))
     if wrapper and wrapper.group(1).startswith("with_"):
         factory = getattr(sys.modules[fn.__module__], wrapper.group(1))
         (inner,) = [c.cell_contents for c in fn.__closure__ if callable(c.cell_contents)]
         return factory(jitted(inner, name))
-    return primtrace.jit(fn)
+    return primtrace.jit(fn, executors=TORCH_ONLY)
+
+
+# Every sample through the torch executor; tests/numba/test_conformance_fused.py runs a
+# slice of the same suites through the default executors (fusion first).
+TORCH_ONLY = [primtrace.TORCH]
 
 
 def _specs():

@@ -1,0 +1,520 @@
+"""From a region of prims to the parts of one elementwise kernel, shared by both backends.
+
+``analyze(region, backend)`` walks the region from its outputs back to its inputs and
+records, in dependency order, one line of straight-line code per value: loads (with the
+conversion from the stored dtype), the lowered prims, and the stores. Every value is
+computed at the current element of the *iteration shape* (the outputs' shape); a value of a
+smaller shape that reaches it through ``broadcast_in_dim`` is computed at the broadcast
+index, so broadcasting costs stride-0 loads and never a copy. Values that depend on no
+tensor element (Python numbers, 0-dim CPU tensors, constants lifted to arguments, and
+loads whose strides are all 0) are hoisted out of the loop.
+
+``layout(plan)`` orders the dimensions as the outputs lie in memory and coalesces
+dimensions that are contiguous for every operand, so the inner loop is long and, for
+dense operands, unit-stride. The backends (``cpu.py``, ``cuda.py``) wrap the same lines in
+their own loops.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from primtrace.executors.numba import lowering
+from primtrace.executors.numba.lowering import DTYPES, NUMBER_DTYPE, Backend, Emitter
+from primtrace.ir.proxy import NumberProxy, Proxy, TensorProxy
+
+
+class NotFusible(Exception):
+    """The region contains something this executor cannot compile."""
+
+
+@dataclass
+class Load:
+    """A tensor the kernel reads: region input `index`, seen through index map `imap`."""
+    name: str
+    index: int
+    proxy: TensorProxy
+    strides: tuple            # element strides over the iteration dims, then after layout
+    var: str = ""             # register holding the value
+
+    @property
+    def dtype(self):
+        return self.proxy.dtype
+
+
+@dataclass
+class Store:
+    """A tensor the kernel writes: a new output, or a region input written in place."""
+    name: str
+    output: int | None        # position in region.outputs (None: an in-place write)
+    dtype: torch.dtype
+    strides: tuple
+    value: str = ""           # register stored
+    into_input: int | None = None   # copy_to into this region input
+    shares: Load | None = None      # same memory and index as this load (in-place)
+
+
+@dataclass
+class Scalar:
+    """A kernel argument holding one number: a region input or a lifted constant."""
+    name: str
+    python_type: type
+    input: int | None = None  # region input position (NumberProxy or 0-dim CPU tensor)
+    value: object = None      # the constant, when not an input
+
+
+@dataclass
+class Line:
+    var: str
+    expr: str
+    invariant: bool
+    comment: str = ""
+    load: Load | None = None  # a load line: expr is filled with the element reference
+
+
+@dataclass
+class Plan:
+    shape: tuple              # iteration shape
+    device: torch.device
+    loads: list = field(default_factory=list)
+    stores: list = field(default_factory=list)
+    scalars: list = field(default_factory=list)
+    lines: list = field(default_factory=list)
+    zero_division: list = field(default_factory=list)  # divisor registers to check
+    sizes: tuple = ()         # after layout: coalesced sizes, outermost first
+    numel: int = 0
+    summary: list = field(default_factory=list)  # "in0 = a: f16[1024]" lines for the header
+    returns: list = field(default_factory=list)  # per region output: ("new", k) | ("input", j)
+
+    def signature_text(self) -> str:
+        return "\n".join(self.summary)
+
+
+# --- argument access --------------------------------------------------------------------------
+_PARAMS = {
+    "convert_element_type": ("a", "dtype"),
+    "broadcast_in_dim": ("a", "shape", "broadcast_dimensions"),
+    "full": ("shape", "fill_value", "dtype", "device"),
+    "where": ("pred", "a", "b"),
+    "copy_to": ("dst", "src"),
+}
+
+
+def node_args(node) -> list:
+    """The node's arguments by position (keywords placed where the prim names them)."""
+    names = _PARAMS.get(node.symbol.name)
+    args = list(node.args)
+    if names is None:
+        if node.kwargs:
+            raise NotFusible(f"{node.symbol.name} with keyword arguments")
+        return args
+    for name in names[len(args):]:
+        if name not in node.kwargs:
+            raise NotFusible(f"{node.symbol.name} without {name}")
+        args.append(node.kwargs[name])
+    return args
+
+
+def is_number(x) -> bool:
+    """A Python number, a number input, or a 0-dim CPU tensor constant of the trace."""
+    return type(x) in (bool, int, float) or isinstance(x, NumberProxy) or _is_constant_tensor(x)
+
+
+def _is_constant_tensor(x) -> bool:
+    return (isinstance(x, torch.Tensor) and x.ndim == 0 and x.device.type == "cpu"
+            and lowering.supported(x.dtype))
+
+
+def _number_type(x) -> type:
+    t = x.python_type if isinstance(x, NumberProxy) else type(x)
+    if t not in NUMBER_DTYPE:
+        raise NotFusible(f"a {t.__name__} scalar")
+    return t
+
+
+# --- analysis ---------------------------------------------------------------------------------
+class _Analyzer:
+    def __init__(self, region, backend: Backend, scalar_devices=("cpu",)):
+        self.region, self.backend = region, backend
+        self.producer = {p.name: n for n in region.nodes for p in n.output_proxies}
+        self.input_pos = {p.name: i for i, p in enumerate(region.inputs)}
+        written = [n.output_proxies[0] for n in region.nodes if n.symbol.name == "copy_to"]
+        targets = [p for p in list(region.outputs) + written if isinstance(p, TensorProxy)]
+        shapes = {tuple(p.shape) for p in targets}
+        if len(shapes) != 1:
+            raise NotFusible(f"outputs of different shapes {sorted(shapes)}")
+        devices = {p.device for p in targets}
+        if len(devices) != 1:
+            raise NotFusible(f"outputs on several devices {devices}")
+        self.plan = Plan(shape=shapes.pop(), device=devices.pop())
+        self.scalar_devices = scalar_devices
+        self.memo: dict = {}      # (proxy name, imap) -> (var, dtype, invariant)
+        self.converted: dict = {}  # (scalar name, dtype) -> var
+        self.consts: dict = {}
+        self.temps = 0
+        self.half_values: set = set()   # float32 registers holding float16 values
+
+    # names
+    def fresh(self) -> str:
+        self.temps += 1
+        return f"v{self.temps - 1}"
+
+    def emit(self, expr: str, invariant: bool, comment: str = "", var: str | None = None) -> str:
+        var = var or self.fresh()
+        self.plan.lines.append(Line(var, expr, invariant, comment))
+        return var
+
+    def identity(self, shape) -> tuple:
+        return tuple(d if n != 1 else None for d, n in enumerate(shape))
+
+    # leaves
+    def scalar_input(self, proxy, pos) -> Scalar:
+        for s in self.plan.scalars:
+            if s.input == pos:
+                return s
+        t = _number_type(proxy) if isinstance(proxy, NumberProxy) else \
+            {"b": bool, "i": int, "u": int, "f": float, "h": float}[DTYPES[proxy.dtype].kind]
+        s = Scalar(f"s{sum(x.input is not None for x in self.plan.scalars)}", t, input=pos)
+        self.plan.scalars.append(s)
+        self.plan.summary.append(f"{s.name} = {proxy.name}: {t.__name__}"
+                                 + ("" if isinstance(proxy, NumberProxy) else " (0-dim tensor)"))
+        return s
+
+    def constant(self, value) -> Scalar:
+        key = (type(value), repr(value))
+        if key not in self.consts:
+            s = Scalar(f"c{len(self.consts)}", _number_type(value), value=value)
+            self.consts[key] = s
+            self.plan.scalars.append(s)
+        return self.consts[key]
+
+    def number(self, x, dtype, em) -> str:
+        """A Python number (input or literal) converted to `dtype`, hoisted."""
+        if _is_constant_tensor(x):
+            x = x.item()       # exact: the operand dtype is the constant's own dtype
+        if isinstance(x, NumberProxy):
+            if x.name not in self.input_pos:
+                raise NotFusible(f"number {x.name} computed inside the region")
+            s = self.scalar_input(x, self.input_pos[x.name])
+        else:
+            if type(x) is int and not -2**63 <= x < 2**63:
+                raise NotFusible("an integer constant beyond int64")
+            s = self.constant(x)
+        key = (s.name, dtype)
+        if key not in self.converted:
+            src = NUMBER_DTYPE[s.python_type]
+            self.converted[key] = self.emit(lowering.convert(em, s.name, src, dtype), True,
+                                            f"{s.name} as {dtype}".replace("torch.", ""))
+        return self.converted[key]
+
+    def emitter(self, invariant_box) -> Emitter:
+        def temp(expr):
+            return self.emit(expr, invariant_box[0])
+
+        def flag(divisor):
+            self.plan.zero_division.append((divisor, invariant_box[0]))
+        return Emitter(self.backend, temp, flag)
+
+    # values
+    def value(self, p: Proxy, imap: tuple):
+        """(register, dtype, invariant) of tensor proxy `p` at index map `imap`."""
+        key = (p.name, imap)
+        if key not in self.memo:
+            self.memo[key] = self._compute(p, imap)
+        return self.memo[key]
+
+    def _compute(self, p, imap):
+        if p.name in self.input_pos:
+            return self._input(p, imap)
+        node = self.producer.get(p.name)
+        if node is None:
+            raise NotFusible(f"{p.name} is neither produced in the region nor an input")
+        return self._node(node, p, imap)
+
+    def _input(self, p, imap):
+        pos = self.input_pos[p.name]
+        if not isinstance(p, TensorProxy):
+            raise NotFusible(f"input {p.name} used as a tensor")
+        if DTYPES.get(p.dtype) is None:
+            raise NotFusible(f"dtype {p.dtype}")
+        if p.ndim == 0 and p.device.type in self.scalar_devices:
+            s = self.scalar_input(p, pos)
+            src = NUMBER_DTYPE[s.python_type]
+            em = self.emitter([True])
+            var = self.emit(lowering.convert(em, s.name, src, p.dtype), True,
+                            f"{s.name} as {dtype_name(p.dtype)}")
+            return var, p.dtype, True
+        if p.device != self.plan.device:
+            raise NotFusible(f"{p.name} on {p.device}, region on {self.plan.device}")
+        strides = [0] * len(self.plan.shape)
+        for k, d in enumerate(imap):
+            if d is not None:
+                strides[d] += p.stride()[k]
+        load = Load(f"in{len(self.plan.loads)}", pos, p, tuple(strides))
+        invariant = not any(strides)
+        load.var = f"x{len(self.plan.loads)}"
+        if p.dtype is torch.float16:
+            self.half_values.add(load.var)
+        self.plan.loads.append(load)
+        shape_text = dtype_text(p)
+        self.plan.summary.append(f"{load.name} = {p.name}: {shape_text}"
+                                 + ("" if imap == self.identity(p.shape) else f" (broadcast, strides {list(strides)})"))
+        # comments never name trace values: the source is the kernel's cache key
+        self.plan.lines.append(Line(load.var, "", invariant, f"load {dtype_name(p.dtype)}",
+                                    load=load))
+        return load.var, p.dtype, invariant
+
+    def _operand(self, x, dtype, imap_of_out, em):
+        """Register of an elementwise operand: a tensor at the output's index map, or a number."""
+        if is_number(x):
+            return self.number(x, dtype, em), True
+        if not isinstance(x, TensorProxy):
+            raise NotFusible(f"operand {x!r}")
+        imap = () if x.ndim == 0 else imap_of_out
+        var, _, inv = self.value(x, imap)
+        return var, inv
+
+    def _node(self, node, p, imap):
+        name = node.symbol.name
+        args = node_args(node)
+        out_dtype = p.dtype
+        comment = f"{name}"
+        if DTYPES.get(out_dtype) is None:
+            raise NotFusible(f"dtype {out_dtype}")
+        if name == "broadcast_in_dim":
+            a, shape, dims = args
+            inner = tuple(None if a.shape[i] == 1 else imap[d] for i, d in enumerate(dims))
+            return self.value(a, inner)
+        if name == "copy_to":
+            dst, src = args
+            if is_number(src):
+                return self.number(src, out_dtype, self.emitter([True])), out_dtype, True
+            return self.value(src, () if src.ndim == 0 else imap)
+        if name == "full":
+            shape, fill = args[0], args[1]
+            return self.number(fill, out_dtype, self.emitter([True])), out_dtype, True
+        if name == "convert_element_type":
+            a, dtype = args
+            var, src_dtype, inv = self.value(a, () if a.ndim == 0 else imap)
+            if DTYPES.get(src_dtype) is None:
+                raise NotFusible(f"dtype {src_dtype}")
+            box = [inv]
+            expr = lowering.convert(self.emitter(box), var, src_dtype, dtype)
+            if expr == var:
+                return var, dtype, inv
+            out = self.emit(expr, inv, f"convert_element_type to {dtype_name(dtype)}")
+            if dtype is torch.float16:
+                self.half_values.add(out)
+            return out, dtype, inv
+        if name == "where":
+            pred, a, b = args
+            operand_dtype = out_dtype
+            box = [True]
+            em = self.emitter(box)
+            pv, pinv = self._operand(pred, torch.bool, imap, em)
+            av, ainv = self._operand(a, operand_dtype, imap, em)
+            bv, binv = self._operand(b, operand_dtype, imap, em)
+            inv = pinv and ainv and binv
+            return self.emit(f"{av} if {pv} else {bv}", inv, comment), out_dtype, inv
+        # table-generated elementwise prims
+        tensors = [x for x in args if isinstance(x, TensorProxy)]
+        if not tensors or len(args) not in (1, 2):
+            raise NotFusible(f"{name} with arguments {args}")
+        dtype = tensors[0].dtype
+        if DTYPES.get(dtype) is None or lowering.find(name, dtype, len(args)) is None:
+            raise NotFusible(f"{name} on {dtype}")
+        # the operands first (their lines precede this node's temporaries)
+        regs, inv = [], True
+        for x in args:
+            if is_number(x):
+                regs.append(self.number(x, dtype, self.emitter([True])))
+            else:
+                r, i = self._operand(x, dtype, imap, None)
+                regs.append(r)
+                inv = inv and i
+        box = [inv]
+        special = lowering.F16_RANGE.get(name)
+        if special and dtype is torch.float32 and regs[0] in self.half_values and \
+                lowering.lowerable(self.backend, special, dtype, 1):
+            name = special       # |x| <= 65504: a cheaper argument reduction is exact
+        if name == "pow" and lowering.category(dtype) == "f" and (
+                type(args[1]) in (int, float) or isinstance(args[1], NumberProxy)):
+            name = "pow_scalar"   # torch.pow(tensor, number) special-cases some exponents
+            # (a 0-dim tensor exponent takes the tensor-tensor kernel: plain pow)
+        expr = lowering.lower(self.emitter(box), name, dtype, out_dtype, regs)
+        if expr is None:
+            raise NotFusible(f"{name} on {dtype} has no lowering for {self.backend.name}")
+        return self.emit(expr, inv, comment), out_dtype, inv
+
+    # outputs
+    def resolve(self, proxy):
+        """The region input a tensor's memory is (following copy_to outputs to their
+        destination), or None for a value computed in the region."""
+        while proxy.name not in self.input_pos:
+            node = self.producer.get(proxy.name)
+            if node is None or node.symbol.name != "copy_to":
+                return None
+            proxy = node_args(node)[0]
+        return self.input_pos[proxy.name]
+
+    def run(self):
+        region, plan = self.region, self.plan
+        for k, out in enumerate(region.outputs):
+            if not isinstance(out, TensorProxy):
+                raise NotFusible(f"output {out.name} is not a tensor")
+            if self.producer[out.name].symbol.name == "broadcast_in_dim":
+                raise NotFusible("a broadcast view leaves the region")
+            target = self.resolve(out)
+            plan.returns.append(("input", target) if target is not None else ("new", k))
+            if target is None:
+                var, _, _ = self.value(out, self.identity(out.shape))
+                plan.stores.append(Store(f"out{k}", k, out.dtype, tuple(out.stride()), var))
+                plan.summary.append(f"out{k} = {out.name}: {dtype_text(out)}")
+        # in place: every copy_to into an input writes it; the last one per input is stored
+        last = {}
+        for node in region.nodes:
+            if node.symbol.name == "copy_to":
+                target = self.resolve(node_args(node)[0])
+                if target is not None:
+                    last[target] = node
+                elif node_args(node)[0].name not in self.producer:
+                    raise NotFusible("copy_to into an unknown tensor")
+        for pos, node in sorted(last.items()):
+            dst = region.inputs[pos]
+            if tuple(dst.shape) != plan.shape:
+                raise NotFusible(f"in-place write into {dst.name} of another shape")
+            out = node.output_proxies[0]
+            var, _, _ = self.value(out, self.identity(out.shape))
+            store = Store(f"io{pos}", None, dst.dtype, tuple(dst.stride()), var, into_input=pos)
+            strides = _iter_strides(dst, self.identity(dst.shape), plan.shape)
+            for load in plan.loads:   # read and written: one pointer, one offset
+                if load.index == pos and load.strides == strides:
+                    store.shares = load
+            plan.stores.append(store)
+            plan.summary.append(f"{store.name} = {dst.name}: {dtype_text(dst)}, written in place"
+                                + (f" (as {store.shares.name})" if store.shares else ""))
+        plan.numel = math.prod(plan.shape)
+        return plan
+
+
+def _iter_strides(p, imap, shape) -> tuple:
+    strides = [0] * len(shape)
+    for k, d in enumerate(imap):
+        if d is not None:
+            strides[d] += p.stride()[k]
+    return tuple(strides)
+
+
+def returns_text(plan: Plan) -> str:
+    """The launcher's return tuple: new outputs ``o<k>``, in-place results the input ``i<j>``."""
+    items = [f"o{k}" if kind == "new" else f"i{k}" for kind, k in plan.returns]
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
+def dtype_name(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def dtype_text(p) -> str:
+    return f"{dtype_name(p.dtype)}{list(p.shape)}"
+
+
+def analyze(region, backend: Backend, scalar_devices=("cpu",)) -> Plan:
+    """The kernel plan of `region`; raises NotFusible for what the backend cannot compile."""
+    plan = _Analyzer(region, backend, scalar_devices).run()
+    layout(plan)
+    return plan
+
+
+# --- layout -----------------------------------------------------------------------------------
+def layout(plan: Plan) -> None:
+    """Order dims outermost-first by the outputs' strides, drop size-1 dims, coalesce dims
+    that are contiguous for every operand; rewrites `sizes` and every operand's strides."""
+    shape = plan.shape
+    operands = list(plan.stores) + list(plan.loads)
+    dims = [d for d, n in enumerate(shape) if n != 1]
+    # stable sort, outermost first: larger strides of the first store, then the others
+    dims.sort(key=lambda d: tuple(-op.strides[d] for op in operands))
+    sizes = [shape[d] for d in dims]
+    strides = [[op.strides[d] for d in dims] for op in operands]
+    # coalesce from the inside out
+    i = len(sizes) - 1
+    while i > 0:
+        outer, inner = i - 1, i
+        if all(s[outer] == s[inner] * sizes[inner] for s in strides):
+            sizes[outer] *= sizes[inner]
+            for s in strides:
+                s[outer] = s[inner]
+                del s[inner]
+            del sizes[inner]
+        i -= 1
+    if not sizes:
+        sizes, strides = [1], [[0] for _ in operands]
+    plan.sizes = tuple(sizes)
+    for op, s in zip(operands, strides):
+        op.strides = tuple(s)
+
+
+def stride_terms(op, index_vars: list[str], skip_inner=False) -> list[str]:
+    """The terms of an operand's element offset: ``i1`` for a unit inner stride,
+    ``i0 * in0_s0`` for a runtime stride, nothing for a stride of 0."""
+    k = len(op.strides)
+    terms = []
+    for d, s in enumerate(op.strides):
+        if skip_inner and d == k - 1:
+            continue
+        if s == 0:
+            continue
+        if d == k - 1 and s == 1:
+            terms.append(index_vars[d])
+        else:
+            terms.append(f"{index_vars[d]} * {op.name}_s{d}")
+    return terms
+
+
+def runtime_strides(op) -> list[tuple[str, int]]:
+    """(parameter name, value) of the strides the kernel takes as arguments."""
+    k = len(op.strides)
+    return [(f"{op.name}_s{d}", s) for d, s in enumerate(op.strides)
+            if s != 0 and not (d == k - 1 and s == 1)]
+
+
+def memory_operands(plan: Plan) -> list:
+    """Loads, then stores that do not share a load's pointer: one pointer argument each."""
+    return list(plan.loads) + [s for s in plan.stores if s.shares is None]
+
+
+def pointer_name(op) -> str:
+    return op.shares.name if isinstance(op, Store) and op.shares is not None else op.name
+
+
+def body(plan: Plan, backend: Backend, offset_of, invariant: bool) -> list[str]:
+    """The lines computing the values (invariant ones, or per-element ones)."""
+    out = []
+    for line in plan.lines:
+        if line.invariant != invariant:
+            continue
+        if line.load is not None:
+            ref = f"{line.load.name}[{offset_of(line.load)}]"
+            expr = backend.load(line.load.dtype, ref)
+        else:
+            expr = line.expr
+        comment = f"  # {line.comment}" if line.comment else ""
+        out.append(f"{line.var} = {expr}{comment}")
+    return out
+
+
+def store_lines(plan: Plan, backend: Backend, offset_of) -> list[str]:
+    lines = []
+    for s in plan.stores:
+        ref = f"{pointer_name(s)}[{offset_of(s.shares or s)}]"
+        lines.append(f"{ref} = {backend.store(s.dtype, s.value)}")
+    return lines
+
+
+def zero_division_lines(plan: Plan, invariant: bool) -> list[str]:
+    """One counting statement (a parallel loop allows a single reduction update)."""
+    tests = [f"({d} == 0)" for d, inv in plan.zero_division if inv == invariant]
+    return [f"zero_div += {' | '.join(tests)}"] if tests else []

@@ -1,0 +1,264 @@
+"""CPU backend: a region becomes an ``njit`` kernel over raw pointers plus a Python launcher.
+
+The kernel module holds two functions from one template, ``kernel_serial`` (``range``)
+and ``kernel_parallel`` (``prange``): a parallel launch costs a few microseconds, so small
+regions run serially; the launcher picks one at compile time (shapes are fixed per trace).
+With one coalesced dim the loop is flat; with more, the parallel loop runs over (row,
+block of the innermost dim) tasks so that a few long rows still split across threads, and
+the inner loop stays unit-stride for dense operands (LLVM vectorizes it, the ``vmath``
+functions included).
+
+The launcher allocates new outputs with ``torch.empty_strided`` in the layout the meta
+functions chose (channels_last in, channels_last out), passes ``data_ptr()`` of every
+tensor, Python numbers and ``item()`` of 0-dim CPU tensors as scalars, and raises eager's
+``RuntimeError("ZeroDivisionError")`` when the kernel counted an integer division by zero.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import sys
+
+import torch
+
+from primtrace.executors.numba import cache, codegen
+from primtrace.executors.numba.codegen import Plan, Store
+from primtrace.executors.numba.lowering import CPU, DTYPES
+from primtrace.ir.proxy import TensorProxy
+
+#: estimated work (elements x per-element cost in simple-op units, see work_per_element)
+#: above which the parallel variant runs. Measured on the 2-core VM with
+#: ``benchmarks/fusion.py --threshold``: W1 (cost ~4.5) breaks even near 32K elements
+#: (serial 15.5 us, parallel 11.1 us), W2 (cost ~31) near 4K; a passive-wait launch costs
+#: ~5-8 us when the cores are free (and milliseconds when a neighbour holds one).
+PARALLEL_WORK = int(os.environ.get("PRIMTRACE_PARALLEL_WORK", 1 << 17))
+#: elements per task of the blocked (multi-dim) parallel loop
+BLOCK = 1 << 14
+
+NJIT_OPTIONS = dict(cache=True, error_model="numpy", nogil=True)
+_HEADER = '''\
+"""primtrace fused kernel (generated; CPU). Tensors arrive as addresses, scalars as numbers.
+Compiled with numba.njit(**%r), parallel=True for kernel_parallel."""
+import math
+
+import numpy as np
+from numpy import bool_, float32, float64, int8, int16, int32, int64, uint8, uint16
+from numba import prange
+
+from primtrace.executors.numba import mathlib as m
+from primtrace.executors.numba import runtime as rt
+'''
+
+
+#: new outputs of at least this many bytes ask the kernel for transparent huge pages
+HUGE_OUTPUT_BYTES = 8 << 20
+_HUGE = 1 << 21
+
+
+def _madvise():
+    """libc's madvise, or None (not Linux, or disabled with PRIMTRACE_HUGE_PAGES=0)."""
+    if os.environ.get("PRIMTRACE_HUGE_PAGES", "1") == "0" or not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return fn
+
+
+_MADVISE = _madvise()
+_MADV_HUGEPAGE = 14
+
+
+def huge_pages(t: torch.Tensor) -> torch.Tensor:
+    """Advise 2 MiB pages for a new, still untouched output (the 2 MiB-aligned part of it).
+
+    Why: a fresh 64 MiB output costs 16384 page faults when the kernel first writes it,
+    which on this VM took longer than computing W1; with THP in "madvise" mode the same
+    memory takes 32 faults. Only this tensor's pages are affected."""
+    if _MADVISE is not None:
+        start = (t.data_ptr() + _HUGE - 1) & ~(_HUGE - 1)
+        end = (t.data_ptr() + t.untyped_storage().nbytes()) & ~(_HUGE - 1)
+        if end > start:
+            _MADVISE(start, end - start, _MADV_HUGEPAGE)
+    return t
+
+
+def _index_names(k: int) -> list[str]:
+    return [f"i{d}" for d in range(k)]
+
+
+def _params(plan: Plan) -> list[str]:
+    k = len(plan.sizes)
+    params = [f"n{d}" for d in range(k)]
+    if k > 1:
+        params += ["nblocks", "block"]
+    for op in codegen.memory_operands(plan):
+        params.append(f"{op.name}_addr")
+        params += [name for name, _ in codegen.runtime_strides(op)]
+    params += [s.name for s in plan.scalars]
+    return params
+
+
+def render_kernel(plan: Plan, name: str, loop: str) -> str:
+    """One kernel function; `loop` is ``range`` or ``prange``."""
+    k = len(plan.sizes)
+    idx = _index_names(k)
+    lines = [f"def {name}({', '.join(_params(plan))}):"]
+    body = []
+    for op in codegen.memory_operands(plan):
+        storage = "bool" if op.dtype is torch.bool else DTYPES[op.dtype].storage
+        body.append(f"{op.name} = rt.ptr_{storage}({op.name}_addr)")
+    body.append("zero_div = 0")
+    body += codegen.body(plan, CPU, lambda op: "0", invariant=True)
+    body += codegen.zero_division_lines(plan, invariant=True)
+    if k == 1:
+        def offset(op):
+            return " + ".join(codegen.stride_terms(op, idx)) or "0"
+        body.append(f"for i0 in {loop}(n0):")
+        inner = "    "
+    else:
+        def offset(op):
+            base = f"{op.name}_row" if any(op.strides[:-1]) else ""
+            inner_terms = [t for t in codegen.stride_terms(op, idx) if t.startswith(f"i{k - 1}")]
+            return " + ".join([t for t in (base, *inner_terms) if t]) or "0"
+        body.append(f"for task in {loop}(({' * '.join(f'n{d}' for d in range(k - 1))}) * nblocks):")
+        body.append("    row = task // nblocks")
+        body.append("    lo = (task - row * nblocks) * block")
+        body.append(f"    hi = min(lo + block, n{k - 1})")
+        for d in range(k - 2, 0, -1):
+            body.append(f"    i{d} = row % n{d}")
+            body.append(f"    row = row // n{d}")
+        body.append("    i0 = row")
+        for op in list(plan.loads) + [s for s in plan.stores if s.shares is None]:
+            terms = codegen.stride_terms(op, idx)[:]
+            outer = [t for t in terms if not t.startswith(f"i{k - 1}")]
+            if outer and any(op.strides[:-1]):
+                body.append(f"    {op.name}_row = {' + '.join(outer)}")
+        body.append(f"    for i{k - 1} in range(lo, hi):")
+        inner = "        "
+    per_element = codegen.body(plan, CPU, offset, invariant=False)
+    per_element += codegen.zero_division_lines(plan, invariant=False)
+    per_element += codegen.store_lines(plan, CPU, offset)
+    body += [inner + line for line in per_element]
+    for name in dict.fromkeys(codegen.pointer_name(s) for s in plan.stores):
+        body.append(f"rt.keep({name})")   # the stores are the kernel's effect: keep them
+    body.append("return zero_div")
+    return "\n".join(lines + ["    " + line for line in body])
+
+
+def render_module(plan: Plan) -> str:
+    """The kernel module: serial and parallel variants of one kernel."""
+    header = _HEADER % (NJIT_OPTIONS,)
+    serial = render_kernel(plan, "kernel_serial", "range")
+    parallel = render_kernel(plan, "kernel_parallel", "prange")
+    return f"{header}\n\n{serial}\n\n\n{parallel}\n"
+
+
+def work_per_element(plan: Plan) -> float:
+    """A rough cost in simple-op units: transcendental calls weigh more."""
+    cost = 1.0 + 0.5 * (len(plan.loads) + len(plan.stores))
+    for line in plan.lines:
+        if line.invariant:
+            continue
+        cost += 8.0 if "m." in line.expr and "_to_" not in line.expr else 1.0
+    return cost
+
+
+def choose_variant(plan: Plan) -> str:
+    from primtrace.executors.numba import threading as nthreading
+    if plan.numel * work_per_element(plan) < PARALLEL_WORK:
+        return "kernel_serial"
+    if nthreading.configure() and nthreading.num_threads() <= 1:
+        return "kernel_serial"
+    return "kernel_parallel"
+
+
+def _njit(parallel: bool):
+    from numba import njit
+
+    def make(fn):
+        return njit(parallel=parallel, **NJIT_OPTIONS)(fn)
+    return make
+
+
+def blocks(plan: Plan, variant: str) -> tuple[int, int]:
+    """(nblocks, block) splitting the innermost dim so tasks outnumber threads."""
+    inner = plan.sizes[-1]
+    rows = math.prod(plan.sizes[:-1])
+    if variant == "kernel_serial":
+        return 1, max(inner, 1)
+    from primtrace.executors.numba import threading as nthreading
+    wanted = 8 * nthreading.num_threads()
+    nblocks = max(1, min(-(-inner // BLOCK), -(-wanted // max(rows, 1))))
+    return nblocks, -(-inner // nblocks)
+
+
+def launcher_source(plan: Plan, region, variant: str, fn_name: str) -> tuple[str, dict]:
+    """Python source of the launcher and the globals it needs."""
+    nin = len(region.inputs)
+    args = [f"i{j}" for j in range(nin)]
+    env = {"torch": torch, "empty_strided": torch.empty_strided, "huge_pages": huge_pages}
+    lines = [f"def {fn_name}({', '.join(args)}):"]
+    for s in plan.stores:
+        if s.into_input is None:
+            p = region.outputs[s.output]
+            dt = f"torch.{codegen.dtype_name(p.dtype)}"
+            alloc = (f"empty_strided({tuple(p.shape)!r}, {tuple(p.stride())!r}, dtype={dt}, "
+                     f"device={str(p.device)!r})")
+            if plan.numel * p.dtype.itemsize >= HUGE_OUTPUT_BYTES:
+                alloc = f"huge_pages({alloc})"
+            lines.append(f"    o{s.output} = {alloc}")
+    if plan.numel > 0:
+        call = [str(n) for n in plan.sizes]
+        if len(plan.sizes) > 1:
+            call += [str(x) for x in blocks(plan, variant)]
+        for op in codegen.memory_operands(plan):
+            if isinstance(op, Store):
+                tensor = f"o{op.output}" if op.into_input is None else f"i{op.into_input}"
+            else:
+                tensor = f"i{op.index}"
+            call.append(f"{tensor}.data_ptr()")
+            call += [str(v) for _, v in codegen.runtime_strides(op)]
+        for s in plan.scalars:
+            if s.input is not None:
+                p = region.inputs[s.input]
+                call.append(f"i{s.input}.item()" if isinstance(p, TensorProxy) else f"i{s.input}")
+            else:
+                name = f"const_{s.name}"
+                env[name] = s.value
+                call.append(name)
+        lines.append(f"    if kernel({', '.join(call)}):")
+        lines.append('        raise RuntimeError("ZeroDivisionError")')
+    lines.append(f"    return {codegen.returns_text(plan)}")
+    return "\n".join(lines), env
+
+
+def compile_region(region, fn_name: str = "numba_fusion"):
+    """The callable running `region` on CPU tensors; carries ``.source`` and ``.kernel``."""
+    plan = codegen.analyze(region, CPU)
+    module_source = render_module(plan)
+    variant = choose_variant(plan) if plan.numel > 0 else "kernel_serial"
+    launcher, env = launcher_source(plan, region, variant, fn_name)
+    if plan.numel > 0:
+        key, module = cache.load_module(module_source, "cpu")
+        env["kernel"] = cache.compiled(key, module, variant, _njit(variant == "kernel_parallel"))
+    code = compile(launcher, f"<primtrace {fn_name}>", "exec")
+    exec(code, env)
+    fn = env[fn_name]
+    fn.source = describe(plan, region, launcher, module_source, variant)
+    fn.plan = plan
+    fn.variant = variant
+    fn.kernel = env.get("kernel")
+    return fn
+
+
+def describe(plan, region, launcher, module_source, variant) -> str:
+    """What ``.source`` shows: the operand map, the launcher, and the kernel module."""
+    head = [f"# {len(region.nodes)} prims fused; iteration shape {list(plan.shape)}, "
+            f"coalesced to {list(plan.sizes)}; runs {variant}"]
+    head += [f"#   {line}" for line in plan.signature_text().splitlines()]
+    return "\n".join(head) + "\n" + launcher + "\n\n" + module_source

@@ -1,0 +1,231 @@
+"""NumbaFusionExecutor: maximal elementwise regions, each compiled into one Numba kernel.
+
+Partitioning extends the base class's producer-consumer merging (same dependency graph,
+same cycle check) with what one elementwise kernel needs:
+
+- every value that leaves a region has the region's iteration shape and device (values of
+  a smaller shape may live inside, reaching the outputs through ``broadcast_in_dim``);
+- a ``broadcast_in_dim`` output never leaves a region (it is a view: the torch executor
+  makes it, for free, and the consumer reads it with stride 0);
+- ``copy_to`` into a tensor the region receives is a store into it (in place, no copy);
+  into a value computed in the region it just forwards the value;
+- a region needs real work (not only views and ``full``);
+- nothing fuses in a trace whose inputs require grad (with grad mode on): the kernels would
+  return tensors without a ``grad_fn``.
+
+Merges are retried until nothing changes (a merge can become valid once a third node has
+joined), then groups of the same shape that read a common input are merged too, so the
+input is read once. A node the backend cannot lower (complex dtypes, special functions
+without a Numba lowering, opaque nodes) is never claimed: the torch executor runs it and
+the fused regions form around it.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from primtrace.executors.base import FusionExecutor, Region, dependency_graph
+from primtrace.executors.base import _creates_cycle  # the base class's cycle check
+from primtrace.executors.numba import lowering
+from primtrace.executors.numba.codegen import NotFusible, is_number, node_args
+from primtrace.ir.proxy import NumberProxy, TensorProxy
+from primtrace.ir.trace import Node, Trace, proxies_in
+
+_STRUCTURAL = {"convert_element_type", "broadcast_in_dim", "where", "full", "copy_to"}
+_NO_WORK = {"broadcast_in_dim", "full"}
+#: backends, by device type ("cuda" needs numba.cuda, imported only when asked for)
+BACKEND_ENV = "PRIMTRACE_NUMBA_BACKEND"   # "cuda": run CPU tensors through the CUDA backend
+                                          # (only under NUMBA_ENABLE_CUDASIM, for tests)
+
+
+def _device_type(node: Node) -> str | None:
+    devices = {p.device.type for p in node.output_proxies if isinstance(p, TensorProxy)}
+    return devices.pop() if len(devices) == 1 else None
+
+
+class NumbaFusionExecutor(FusionExecutor):
+    """Fuses elementwise prims into Numba kernels (CPU: njit; CUDA tensors: numba.cuda)."""
+
+    def __init__(self, name: str = "numba_fusion", backend: str | None = None):
+        self.name = name
+        self.backend = backend or os.environ.get(BACKEND_ENV) or None
+
+    # --- what may fuse ----------------------------------------------------------------------
+    def can_fuse(self, node: Node) -> bool:
+        sym = node.symbol
+        if sym.kind != "prim":
+            return False
+        device = _device_type(node)
+        if device is None or not self._device_ok(device):
+            return False
+        for p in proxies_in((node.args, node.kwargs, node.outputs)):
+            if isinstance(p, TensorProxy) and not lowering.supported(p.dtype):
+                return False
+            if isinstance(p, NumberProxy) and p.python_type not in lowering.NUMBER_DTYPE:
+                return False
+        try:
+            args = node_args(node)
+        except NotFusible:
+            return False
+        for a in args:
+            if type(a) is int and not -2**63 <= a < 2**63:
+                return False
+            if isinstance(a, complex):
+                return False
+        name = sym.name
+        if name in _STRUCTURAL:
+            if name == "convert_element_type":
+                return isinstance(args[0], TensorProxy) and lowering.supported(args[1])
+            if name == "copy_to":
+                return all(isinstance(a, TensorProxy) for a in args)
+            return True
+        if "elementwise" not in sym.tags:
+            return False
+        tensors = [a for a in args if isinstance(a, TensorProxy)]
+        if not tensors or len(args) not in (1, 2) or not all(
+                isinstance(a, TensorProxy) or is_number(a) for a in args):
+            return False
+        return self._backend_lowers(name, tensors[0].dtype, len(args), device)
+
+    def _device_ok(self, device: str) -> bool:
+        if self.backend == "cuda":   # forced (simulator tests, PTX checks): any device
+            return device in ("cpu", "cuda")
+        if device == "cpu":
+            return True
+        if device == "cuda":
+            from primtrace.executors.numba import gpu as ncuda
+            return ncuda.available()
+        return False
+
+    def _backend_lowers(self, name, dtype, arity, device) -> bool:
+        if self._backend_for(device) == "cuda":
+            from primtrace.executors.numba import gpu as ncuda
+            return ncuda.lowers(name, dtype, arity)
+        return lowering.lowerable(lowering.CPU, name, dtype, arity)
+
+    def _backend_for(self, device: str) -> str:
+        if device == "cuda" or self.backend == "cuda":
+            return "cuda"
+        return "cpu"
+
+    # --- partitioning --------------------------------------------------------------------
+    def partition(self, trace: Trace) -> list[Region]:
+        if torch.is_grad_enabled() and any(getattr(p, "requires_grad", False) for p in trace.inputs):
+            return []   # kernels record no autograd graph: torch's ops do, so they run these
+        nodes = trace.nodes
+        g = dependency_graph(trace)
+        claimed = trace.tags.get("claimed", ())
+        producer = {p.name: n for n in nodes for p in n.output_proxies}
+        produced = set(producer)
+        fusible = set()
+        for i, n in enumerate(nodes):
+            if id(n) in claimed or not self.can_fuse(n):
+                continue
+            if n.symbol.name == "copy_to":
+                dst = producer.get(node_args(n)[0].name)
+                if dst is not None and dst.symbol.name == "broadcast_in_dim":
+                    continue  # writing through a broadcast view: leave it to torch's checks
+            fusible.add(i)
+        consumers: dict[str, set[int]] = {}
+        for i, n in enumerate(nodes):
+            for p in n.inputs:
+                consumers.setdefault(p.name, set()).add(i)
+        returned = {p.name for p in proxies_in(trace.outputs)}
+        group = {i: i for i in fusible}
+        members = {i: {i} for i in fusible}
+
+        def valid(m: set) -> bool:
+            shapes, devices, work = set(), set(), False
+            for i in m:
+                n = nodes[i]
+                work = work or n.symbol.name not in _NO_WORK
+                for p in n.output_proxies:
+                    leaves = (p.name in returned or bool(consumers.get(p.name, set()) - m)
+                              or n.symbol.name == "copy_to")   # a write is always observable
+                    if not leaves:
+                        continue
+                    if n.symbol.name == "broadcast_in_dim" or not isinstance(p, TensorProxy):
+                        return False
+                    shapes.add(tuple(p.shape))
+                    devices.add(p.device)
+            return work and len(shapes) <= 1 and len(devices) <= 1
+
+        def merge(a, b) -> bool:
+            if a == b:
+                return False
+            union = members[a] | members[b]
+            if not valid(union) or _creates_cycle(g, group, members, a, b):
+                return False
+            if len(members[a]) < len(members[b]):
+                a, b = b, a
+            for i in members[b]:
+                group[i] = a
+            members[a] = union
+            del members[b]
+            return True
+
+        changed = True
+        while changed:  # producer-consumer merges, to a fixed point
+            changed = False
+            for v in sorted(fusible):
+                for u in sorted(g.predecessors(v)):
+                    if u in group and merge(group[u], group[v]):
+                        changed = True
+        # horizontal: groups reading the same input tensor read it once
+        readers: dict[str, list[int]] = {}
+        for i in sorted(fusible):
+            for p in nodes[i].inputs:
+                if isinstance(p, TensorProxy) and p.name not in produced:
+                    readers.setdefault(p.name, []).append(i)
+        for name, idx in readers.items():
+            for j in idx[1:]:
+                merge(group[idx[0]], group[j])
+        regions = []
+        for m in members.values():
+            if len(m) < self.min_region_size or not valid(m):
+                continue
+            region = Region.from_nodes(trace, [nodes[i] for i in sorted(m)])
+            if self._plannable(region):
+                regions.append(region)
+        regions.sort(key=lambda r: nodes.index(r.nodes[0]))
+        return regions
+
+    # --- compiling -------------------------------------------------------------------------
+    def _device_of(self, region: Region) -> str:
+        devices = {p.device.type for n in region.nodes for p in n.output_proxies
+                   if isinstance(p, TensorProxy)}
+        return devices.pop() if len(devices) == 1 else "cpu"
+
+    def _plannable(self, region: Region) -> bool:
+        """A safety net behind can_fuse: a region the code generator rejects stays unfused."""
+        from primtrace.executors.numba import codegen
+        if self._backend_for(self._device_of(region)) == "cuda":
+            from primtrace.executors.numba import gpu as ncuda
+            backend, scalar_devices = ncuda.BACKEND, ("cpu",)
+        else:
+            backend, scalar_devices = lowering.CPU, ("cpu",)
+        try:
+            codegen.analyze(region, backend, scalar_devices)
+        except NotFusible:
+            return False
+        return True
+
+    def compile(self, region: Region):
+        device = self._device_of(region)
+        if self._backend_for(device) == "cuda":
+            from primtrace.executors.numba import gpu as ncuda
+            return ncuda.compile_region(region, self.name)
+        from primtrace.executors.numba import cpu
+        return cpu.compile_region(region, self.name)
+
+
+def kernel_sources(trace: Trace) -> dict[str, str]:
+    """``{fused node name: source}`` of the fused regions in an execution trace."""
+    out = {}
+    for node in trace.nodes:
+        impl = getattr(node.symbol, "impl", None)
+        source = getattr(impl, "source", None)
+        if node.symbol.kind == "fused" and source is not None:
+            out[node.symbol.name] = source
+    return out

@@ -1,0 +1,323 @@
+"""The one place that picks the scalar math functions CPU kernels call.
+
+Transcendental prims use the vectorizable, branch-free functions of ``vmath`` when it
+provides them (Numba compiles ``math.sin`` to one libm call per element, which LLVM cannot
+vectorize: ~4x slower than torch's SLEEF on f32); otherwise libm through ``math``/``numpy``.
+Half-precision conversions use ``halfbits`` when present, else the fallbacks below (same
+algorithms as c10: RNE, NaN and infinities kept).
+
+Generated kernels refer to these as ``m.<prim>_<dtype>`` (``m.sin_float32``) and
+``m.f16_to_f32``; :func:`math_name` says whether a name exists.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import os
+
+import numpy as np
+from numba import njit
+from numba.core.registry import CPUDispatcher
+
+from primtrace.executors.numba.runtime import f32_as_i32, i32_as_f32
+
+_INLINE = dict(forceinline=True, error_model="numpy", nogil=True)  # LLVM-level inlining
+
+
+# --- half precision on uint16 bits (fallbacks; halfbits.py replaces them when present) -------
+@njit(**_INLINE)
+def _f16_to_f32(h):
+    # Numba widens uint32 arithmetic to 64 bits: wrap explicitly where C relies on 32
+    w = np.uint32(np.uint32(h) << np.uint32(16))
+    sign = w & np.uint32(0x80000000)
+    two_w = np.uint32(w + w)
+    normalized = (np.uint32((two_w >> np.uint32(4)) + np.uint32(0x70000000)).view(np.float32)
+                  * np.float32(1.925929944387236e-34))       # 2**-112
+    denormalized = (np.uint32((two_w >> np.uint32(17)) | np.uint32(0x3F000000)).view(np.float32)
+                    - np.float32(0.5))
+    bits = (np.float32(normalized).view(np.uint32) if two_w >= np.uint32(0x08000000)
+            else np.float32(denormalized).view(np.uint32))
+    return np.uint32(sign | bits).view(np.float32)
+
+
+@njit(**_INLINE)
+def _f32_to_f16(f):
+    f = np.float32(f)
+    base = (abs(f) * np.float32(5.192296858534828e+33)) * np.float32(7.703719777548943e-34)
+    w = np.float32(f).view(np.uint32)
+    shl1_w = np.uint32(w + w)
+    sign = w & np.uint32(0x80000000)
+    bias = shl1_w & np.uint32(0xFF000000)
+    if bias < np.uint32(0x71000000):
+        bias = np.uint32(0x71000000)
+    base = np.uint32((bias >> np.uint32(1)) + np.uint32(0x07800000)).view(np.float32) + base
+    bits = np.float32(base).view(np.uint32)
+    exp_bits = (bits >> np.uint32(13)) & np.uint32(0x00007C00)
+    mantissa_bits = bits & np.uint32(0x00000FFF)
+    nonsign = exp_bits + mantissa_bits
+    out = np.uint32(0x7E00) if shl1_w > np.uint32(0xFF000000) else nonsign
+    return np.uint16((sign >> np.uint32(16)) | out)
+
+
+@njit(**_INLINE)
+def _bf16_to_f32(h):
+    return np.uint32(np.uint32(h) << np.uint32(16)).view(np.float32)
+
+
+@njit(**_INLINE)
+def _f32_to_bf16(f):
+    f = np.float32(f)
+    u = np.float32(f).view(np.uint32)
+    rounded = np.uint32(u + ((u >> np.uint32(16)) & np.uint32(1)) + np.uint32(0x7FFF)) >> np.uint32(16)
+    return np.uint16(np.uint32(0x7FC0) if f != f else rounded)
+
+
+try:  # the vmath engineer's module: exact RNE conversions on bits
+    from primtrace.executors.numba import halfbits as _halfbits
+except ImportError:  # pragma: no cover - until halfbits.py lands
+    _halfbits = None
+
+
+def _pick(name, fallback):
+    fn = getattr(_halfbits, name, None) if _halfbits is not None else None
+    return _cached(fn if fn is not None else fallback)
+
+
+def _as_inlinable(fn):
+    fn = fn if isinstance(fn, CPUDispatcher) else njit(**_INLINE)(fn)
+    return _cached(fn)
+
+
+def _cached(fn):
+    """Let Numba keep the helper's compiled code (with its bitcode, for inlining) on disk.
+
+    Why: the vmath functions take ~0.5 s each to compile; cached, a new kernel in a new
+    process inlines them from disk, so its first call costs only the kernel's own compile.
+    Numba's own cache would key each helper by its file's timestamp only, and miss changes
+    in the modules it calls (vmath_core, halfbits, runtime): ours lives under
+    ``<primtrace cache>/helpers/<fingerprint of all helper sources>``."""
+    if isinstance(fn, CPUDispatcher):
+        _TO_CACHE.append(fn)       # set up at the end of the module (needs fingerprint())
+    return fn
+
+
+_TO_CACHE: list = []
+
+
+def _enable_helper_caches():
+    for fn in _TO_CACHE:
+        if type(getattr(fn, "_cache", None)).__name__ == "NullCache":
+            try:
+                fn._cache = _helper_cache_class()(fn.py_func)
+            except Exception:      # no usable directory: compile per process, as before
+                pass
+
+
+_HELPER_CACHE = None
+
+
+def _helper_cache_class():
+    """A Numba FunctionCache whose files live in a directory named by the fingerprint
+    (built on first use: Numba's caching module is internal, keep its import lazy)."""
+    global _HELPER_CACHE
+    if _HELPER_CACHE is not None:
+        return _HELPER_CACHE
+    from numba.core.caching import CompileResultCacheImpl, FunctionCache, _CacheLocator
+
+    class HelperLocator(_CacheLocator):
+        def __init__(self, py_file):
+            self._py_file = py_file
+
+        def get_cache_path(self):
+            from primtrace.executors.numba import cache
+            return os.path.join(cache.cache_dir(), "helpers", fingerprint())
+
+        def get_source_stamp(self):
+            return fingerprint()
+
+        def get_disambiguator(self):
+            return os.path.splitext(os.path.basename(self._py_file))[0]
+
+        @classmethod
+        def from_function(cls, py_func, py_file):
+            return cls(py_file)
+
+    class HelperCacheImpl(CompileResultCacheImpl):
+        _locator_classes = [HelperLocator]
+
+    class HelperCache(FunctionCache):
+        _impl_class = HelperCacheImpl
+
+    _HELPER_CACHE = HelperCache
+    return HelperCache
+
+
+def _hardware_f16() -> bool:
+    """Whether LLVM reads float16 with one instruction here (x86 F16C's vcvtph2ps): exact
+    like the software path and several times faster. Writes stay in halfbits' integer code
+    (see runtime.f16_to_f32_hw). PRIMTRACE_SOFT_HALF=1 forces software both ways."""
+    if os.environ.get("PRIMTRACE_SOFT_HALF", "0") != "0":
+        return False
+    try:
+        import llvmlite.binding as llvm
+        return "+f16c" in llvm.get_host_cpu_features().flatten().split(",")
+    except Exception:
+        return False
+
+
+HARDWARE_F16 = _hardware_f16()
+if HARDWARE_F16:
+    from primtrace.executors.numba.runtime import f16_to_f32_hw as f16_to_f32
+else:
+    f16_to_f32 = _pick("f16_bits_to_f32", _f16_to_f32)
+f32_to_f16 = _pick("f32_to_f16_bits", _f32_to_f16)
+bf16_to_f32 = _pick("bf16_bits_to_f32", _bf16_to_f32)
+f32_to_bf16 = _pick("f32_to_bf16_bits", _f32_to_bf16)
+
+
+_I32 = np.int32
+
+
+@njit(**_INLINE)
+def round_f16(x):
+    """x rounded to the nearest float16 value (RNE), kept as float32: an f16 'register'.
+
+    In float arithmetic, not through the bits: adding and subtracting 2**(e + 13) (e the
+    exponent of x, at least -14; signed like x) leaves x on float16's grid for that binade,
+    rounded by the FPU to nearest even; beyond 65504 is infinity; the sign of zero and
+    NaN are kept. ~3x cheaper than encode + decode, and identical to torch's
+    ``x.half().float()`` on all 2**32 float32 inputs (checked exhaustively)."""
+    x = np.float32(x)
+    b = f32_as_i32(x)
+    sign = b & _I32(-2147483648)
+    e = max(b & _I32(0x7F800000), _I32((127 - 14) << 23))    # f16 subnormals: fixed 2**-24 grid
+    e = min(e, _I32((127 + 16) << 23))                        # finite magic for inf and nan
+    magic = i32_as_f32((e + _I32(13 << 23)) | sign)
+    r = (x + magic) - magic
+    r = i32_as_f32((f32_as_i32(r) & _I32(0x7FFFFFFF)) | sign)
+    overflow = abs(r) > np.float32(65504.0) and r == r
+    return i32_as_f32(_I32(0x7F800000) | sign) if overflow else r
+
+
+@njit(**_INLINE)
+def round_bf16(x):
+    return bf16_to_f32(f32_to_bf16(x))
+
+
+round_f16, round_bf16 = _cached(round_f16), _cached(round_bf16)
+
+
+# --- sin and cos of float16 values (|x| <= 65504) ------------------------------------------------
+# A kernel that computes sin of a float16 input (W2: sin(a_f16)) knows |x| <= 65504, so a
+# Cody-Waite reduction in float64 is exact enough and the general Payne-Hanek reduction
+# (~2/3 of vmath's sin cost) can be skipped. 0.5005 ULP in float32 over every float16
+# value (tests/numba/test_fusion.py checks all 65536); belongs with vmath, kept here until
+# it moves there.
+_2_OVER_PI = np.float64(0.6366197723675814)
+_PIO2_HI = np.float64(1.5707963267341256)       # 33 significant bits of pi/2
+_PIO2_LO = np.float64(6.077100506506192e-11)    # pi/2 - _PIO2_HI
+_SIN = tuple(np.float64(c) for c in (-1 / 6, 1 / 120, -1 / 5040, 1 / 362880, -1 / 39916800))
+_COS = tuple(np.float64(c) for c in (-1 / 2, 1 / 24, -1 / 720, 1 / 40320, -1 / 3628800))
+
+
+@njit(**_INLINE)
+def _sincos_small(x, want_cos):
+    d = np.float64(x)
+    k = np.rint(d * _2_OVER_PI)
+    r = (d - k * _PIO2_HI) - k * _PIO2_LO       # exact enough for |k| < 2**20
+    z = r * r
+    s = r + r * z * (_SIN[0] + z * (_SIN[1] + z * (_SIN[2] + z * (_SIN[3] + z * _SIN[4]))))
+    c = np.float64(1.0) + z * (_COS[0] + z * (_COS[1] + z * (_COS[2] + z * (_COS[3] + z * _COS[4]))))
+    q = (np.int64(k) + (1 if want_cos else 0)) & 3
+    v = s if (q & 1) == 0 else c
+    v = -v if (q & 2) != 0 else v
+    return np.float32(v if math.isfinite(d) else d - d)
+
+
+@njit(**_INLINE)
+def sin_f16range_float32(x):
+    """sin of a float32 holding a float16 value (finite |x| <= 65504, or inf/nan)."""
+    return _sincos_small(x, False)
+
+
+@njit(**_INLINE)
+def cos_f16range_float32(x):
+    return _sincos_small(x, True)
+
+
+sin_f16range_float32 = _cached(sin_f16range_float32)
+cos_f16range_float32 = _cached(cos_f16range_float32)
+
+
+# --- transcendental functions -------------------------------------------------------------------
+# libm spellings Numba supports; a vmath entry for the same (prim, dtype) wins.
+_LIBM_UNARY = {
+    "exp": "math.exp", "exp2": "np.exp2", "expm1": "math.expm1", "log": "math.log",
+    "log1p": "math.log1p", "log2": "math.log2", "log10": "math.log10", "sin": "math.sin",
+    "cos": "math.cos", "tan": "math.tan", "asin": "math.asin", "acos": "math.acos",
+    "atan": "math.atan", "sinh": "math.sinh", "cosh": "math.cosh", "tanh": "math.tanh",
+    "asinh": "math.asinh", "acosh": "math.acosh", "atanh": "math.atanh", "erf": "math.erf",
+    "erfc": "math.erfc", "lgamma": "math.lgamma",
+}
+_LIBM_BINARY = {"atan2": "math.atan2", "hypot": "math.hypot", "pow": "{a} ** {b}"}
+
+try:  # the vmath engineer's table: (prim, "float32"|"float64") -> numba-inlinable function
+    from primtrace.executors.numba.vmath import VMATH as _VMATH
+except ImportError:  # pragma: no cover - until vmath.py lands
+    _VMATH = {}
+
+
+def _libm(prim: str, dtype: str):
+    """A numba function computing `prim` with libm in `dtype` (float32 or float64)."""
+    cast = "np.float32" if dtype == "float32" else "np.float64"
+    if prim in _LIBM_UNARY:
+        src = f"def {prim}_{dtype}(a):\n    return {cast}({_LIBM_UNARY[prim]}(a))\n"
+    elif prim == "sigmoid":
+        src = (f"def {prim}_{dtype}(a):\n    one = {cast}(1)\n"
+               f"    return one / (one + {cast}(math.exp(-a)))\n")
+    else:
+        body = _LIBM_BINARY[prim]
+        expr = body.format(a="a", b="b") if "{" in body else f"{body}(a, b)"
+        src = f"def {prim}_{dtype}(a, b):\n    return {cast}({expr})\n"
+    namespace = {"math": math, "np": np, "__name__": __name__}   # importable: Numba's disk
+    # cache rebuilds each function's environment by importing its module
+    exec(compile(src, f"<primtrace mathlib {prim}_{dtype}>", "exec"), namespace)
+    return njit(**_INLINE)(namespace[f"{prim}_{dtype}"])   # no source file: not cached
+
+
+#: prim names with a scalar function per float dtype
+MATH_PRIMS = frozenset(_LIBM_UNARY) | frozenset(_LIBM_BINARY) | {"sigmoid"}
+
+for _prim in sorted(MATH_PRIMS):
+    for _dtype in ("float32", "float64"):
+        _fn = _VMATH.get((_prim, _dtype))
+        globals()[f"{_prim}_{_dtype}"] = _as_inlinable(_fn) if _fn is not None else _libm(_prim, _dtype)
+for (_prim, _dtype), _fn in _VMATH.items():  # functions vmath offers beyond the libm list
+    globals().setdefault(f"{_prim}_{_dtype}", _as_inlinable(_fn))
+
+
+def math_name(prim: str, dtype: str) -> str | None:
+    """The attribute of this module computing `prim` in `dtype`, or None."""
+    name = f"{prim}_{dtype}"
+    return name if name in globals() else None
+
+
+def uses_vmath(prim: str, dtype: str) -> bool:
+    return (prim, dtype) in _VMATH
+
+
+@functools.lru_cache(maxsize=None)
+def fingerprint() -> str:
+    """What the compiled kernels depend on besides their own source (for the disk cache)."""
+    import hashlib
+    import os
+    h = hashlib.sha256()
+    here = os.path.dirname(__file__)
+    for fname in sorted(os.listdir(here)):
+        if fname.endswith(".py") and (fname.startswith(("vmath", "halfbits", "mathlib", "runtime"))):
+            with open(os.path.join(here, fname), "rb") as f:
+                h.update(fname.encode() + f.read())
+    return h.hexdigest()[:16]
+
+
+_enable_helper_caches()

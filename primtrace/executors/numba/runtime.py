@@ -1,0 +1,152 @@
+"""Scalar building blocks that generated CPU kernels call (all inlined by Numba).
+
+Why these exist:
+- Kernels receive tensors as integer addresses (``t.data_ptr()``): an int argument is the
+  cheapest thing Numba's dispatcher unboxes (an ndarray costs ~1 us more per tensor), and
+  pointer indexing has no negative-index wraparound code in the loop. ``ptr_<type>`` turns
+  the address into a typed pointer; ``keep`` tells Numba's parfor pass that the stores
+  through a pointer are observable (without it a ``prange`` loop that only writes through
+  pointers is removed as dead code).
+- Integer pow, gcd and lcm are loops; float -> int casts must give what eager gives on x86
+  for NaN and out-of-range values (a bare Numba cast is undefined there). Everything that
+  is an expression (integer division, shifts, NaN-aware min/max) is written inline by
+  ``lowering.py`` instead, so the CUDA backend shares it.
+"""
+from __future__ import annotations
+
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
+
+_INLINE = dict(forceinline=True, error_model="numpy", nogil=True)  # LLVM-level inlining: cheap to compile
+
+
+# --- tensors as pointers ----------------------------------------------------------------------
+def _pointer_intrinsic(ty):
+    @intrinsic
+    def as_pointer(typingctx, addr):
+        sig = types.CPointer(ty)(types.int64)
+
+        def codegen(context, builder, signature, args):
+            return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
+        return sig, codegen
+    return as_pointer
+
+
+ptr_bool = _pointer_intrinsic(types.uint8)      # torch stores bool as one byte
+ptr_uint8 = _pointer_intrinsic(types.uint8)
+ptr_int8 = _pointer_intrinsic(types.int8)
+ptr_int16 = _pointer_intrinsic(types.int16)
+ptr_int32 = _pointer_intrinsic(types.int32)
+ptr_int64 = _pointer_intrinsic(types.int64)
+ptr_uint16 = _pointer_intrinsic(types.uint16)   # float16 / bfloat16 bits
+ptr_float32 = _pointer_intrinsic(types.float32)
+ptr_float64 = _pointer_intrinsic(types.float64)
+
+
+# --- float16 -> float32 in hardware (x86 F16C: vcvtph2ps, vectorized by LLVM) --------------
+# Only this direction: an LLVM fptrunc to half can be folded with an earlier float64 ->
+# float32 rounding into a float64 -> float16 libcall (__truncdfhf2) that Numba's JIT cannot
+# resolve (a call to address 0), and fencing it off stopped the vectorizer.
+@intrinsic
+def f16_to_f32_hw(typingctx, bits):
+    """float16 bits -> float32, exact (LLVM fpext)."""
+    if not isinstance(bits, types.Integer) or bits.bitwidth != 16:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
+    return types.float32(bits), codegen
+
+
+@intrinsic
+def f32_as_i32(typingctx, x):
+    """The bits of a float32 as int32 (a register bit cast)."""
+    if x != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+    return types.int32(types.float32), codegen
+
+
+@intrinsic
+def i32_as_f32(typingctx, x):
+    """The float32 with the low 32 bits of an integer (Numba widens int32 arithmetic)."""
+    if not isinstance(x, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        value = args[0]
+        if x.bitwidth > 32:
+            value = builder.trunc(value, ir.IntType(32))
+        elif x.bitwidth < 32:
+            value = builder.zext(value, ir.IntType(32))
+        return builder.bitcast(value, ir.FloatType())
+    return types.float32(x), codegen
+
+
+@intrinsic
+def keep(typingctx, pointer):
+    """No code: marks `pointer` as escaping so parfors keep the stores made through it."""
+    sig = types.none(pointer)
+
+    def codegen(context, builder, signature, args):
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+# --- integer loops (callers cast the int64 result back to the dtype, wrapping as C does) ----
+@njit(**_INLINE)
+def pow_int(a, b):
+    """Integer power by squaring, wrapping in 64 bits; negative exponents as torch does."""
+    a = np.int64(a)
+    b = np.int64(b)
+    if b < 0:
+        if a == 1:
+            return np.int64(1)
+        if a == -1:
+            return np.int64(-1) if (b & 1) else np.int64(1)
+        return np.int64(0)
+    result = np.int64(1)
+    while b > 0:
+        if b & 1:
+            result *= a
+        a *= a
+        b >>= 1
+    return result
+
+
+@njit(**_INLINE)
+def gcd_int(a, b):
+    a = abs(np.int64(a))
+    b = abs(np.int64(b))
+    while b != 0:
+        a, b = b, a % b
+    return a
+
+
+@njit(**_INLINE)
+def lcm_int(a, b):
+    g = gcd_int(a, b)
+    if g == 0:
+        return np.int64(0)
+    return abs(np.int64(a) // g * np.int64(b))
+
+
+# --- float -> int casts as x86 does them (what eager gives for out-of-range values) -------
+@njit(**_INLINE)
+def f2i64(x):
+    if x >= 9.2233720368547758e18 or x < -9.2233720368547758e18 or x != x:
+        return np.int64(-9223372036854775808)
+    return np.int64(x)
+
+
+@njit(**_INLINE)
+def f2i32(x):
+    """float -> int32 (narrower integer dtypes then wrap from this, as eager does)."""
+    if x >= 2147483648.0 or x < -2147483648.0 or x != x:
+        return np.int32(-2147483648)
+    return np.int32(x)

@@ -1,0 +1,46 @@
+"""Shared helpers for the Numba executor tests."""
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+import primtrace
+from primtrace.executors.numba import NumbaFusionExecutor
+from tests.conformance.harness import compare_outputs
+
+
+def fused(fn, **kw):
+    """`fn` through jit with the Numba fusion executor first (torch after it)."""
+    return primtrace.jit(fn, executors=[NumbaFusionExecutor(**kw)])
+
+
+def execution(jfn):
+    return primtrace.last_trace(jfn)
+
+
+def fused_nodes(trace):
+    return [n for n in trace.nodes if n.symbol.kind == "fused"]
+
+
+def torch_nodes(trace):
+    """Unfused nodes that make tensors (number arithmetic nodes do not count)."""
+    from primtrace.ir.proxy import TensorProxy
+    return [n for n in trace.nodes if n.symbol.kind != "fused"
+            and any(isinstance(p, TensorProxy) for p in n.output_proxies)]
+
+
+def upcast(args):
+    return [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+
+
+def check_against_eager(jfn, fn, *args):
+    """Run both; assert the jit result conforms to eager (the float64 at-least-as-accurate
+    rule of the conformance harness). Returns the jit result."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = fn(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
+        got = jfn(*args)
+    problem = compare_outputs(got, expected, lambda: fn(*upcast(args)))
+    assert problem is None, problem
+    return got
