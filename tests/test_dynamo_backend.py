@@ -111,8 +111,6 @@ def test_fusion_executor_gives_fused_regions_and_matches_eager():
     assert len(gelu.subnodes) >= 5
 
 
-@pytest.mark.xfail(not any(isinstance(e, FusionExecutor) for e in default_executors()),
-                   reason="the Numba fusion executor is not in default_executors() yet")
 def test_default_executors_fuse():
     model, x = block(3), inputs(4, 8)
     with torch.no_grad():

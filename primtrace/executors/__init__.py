@@ -9,8 +9,19 @@ from primtrace.executors.torch_executor import TORCH, TorchExecutor
 
 
 def default_executors() -> list[Executor]:
-    """The executors ``jit`` uses by default, in priority order (a fusion executor goes first)."""
-    return [TORCH]
+    """The executors ``jit`` uses by default, in priority order: Numba fusion, then torch.
+
+    The Numba executor is imported here, on first use, so ``import primtrace`` does not
+    import numba; one instance is shared so its kernel cache is too.
+    """
+    global _NUMBA
+    if _NUMBA is None:
+        from primtrace.executors.numba import NumbaFusionExecutor
+        _NUMBA = NumbaFusionExecutor()
+    return [_NUMBA, TORCH]
+
+
+_NUMBA = None
 
 
 __all__ = ["Executor", "OperatorExecutor", "FusionExecutor", "Region", "TorchExecutor", "TORCH",
