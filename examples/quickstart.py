@@ -8,7 +8,7 @@ import time
 import torch
 
 import primtrace
-from primtrace.executors.numba import NumbaFusionExecutor, kernel_sources
+from primtrace.executors.numba import NumbaFusionExecutor
 
 
 def add(a, b):
@@ -48,8 +48,7 @@ def main(size=1 << 20):
     torch.testing.assert_close(out, chain(a16, b32, c32))
     execution = primtrace.last_trace(jchain)
     print(execution, end="\n\n")
-    for name, source in kernel_sources(execution).items():
-        print(f"# generated kernel of {name}\n{source}")
+    print(primtrace.kernel_source(jchain))
 
     # 3. timing against eager on bigger inputs
     a, b = torch.randn(size, dtype=torch.float16), torch.randn(size)

@@ -11,7 +11,7 @@ from primtrace.executors import (TORCH, Executor, FusionExecutor, OperatorExecut
                                  TorchExecutor, default_executors)
 from primtrace.ir import Node, Trace
 from primtrace.jit import (CacheInfo, Explanation, JitFunction, cache_info, explain, jit,
-                           last_trace, last_traces, trace)
+                           kernel_source, last_trace, last_traces, trace)
 from primtrace.tracer import DataDependentError, OpaqueOpWarning, TracingError
 
 
@@ -29,7 +29,7 @@ def __getattr__(name):
 
 
 __all__ = [
-    "jit", "trace", "last_traces", "last_trace", "explain", "cache_info",
+    "jit", "trace", "last_traces", "last_trace", "explain", "cache_info", "kernel_source",
     "Executor", "OperatorExecutor", "FusionExecutor", "Region", "TorchExecutor", "TORCH",
     "default_executors", "JitFunction", "CacheInfo", "Explanation", "Trace", "Node",
     "TracingError", "DataDependentError", "OpaqueOpWarning", "dynamo_backend",

@@ -289,3 +289,10 @@ def explain(fn: Callable, *args, **kwargs) -> Explanation:
     opaque = [(n.symbol.qualname, n.source) for n in acquisition.flat_nodes()
               if n.symbol.kind == "opaque"]
     return Explanation(acquisition, opaque)
+
+
+def kernel_source(jfn) -> str:
+    """The generated source of every fused region of `jfn`'s last execution trace."""
+    sources = [f"# {n.symbol.name}\n{n.symbol.source}" for n in last_trace(jfn).nodes
+               if n.symbol.kind == "fused" and getattr(n.symbol, "source", None)]
+    return "\n\n".join(sources)

@@ -85,6 +85,7 @@ def _fused_node(ex: FusionExecutor, region: Region, index: int) -> Node:
                  doc=f"{len(region.nodes)} prims fused by {ex.name}")
     sym.show_subnodes = True
     sym.region = region
+    sym.source = getattr(sym.impl, "source", None)  # generated code, where the executor has it
     return Node(sym, tuple(region.inputs), {}, tuple(region.outputs), list(region.nodes),
                 region.nodes[0].source, ex)
 

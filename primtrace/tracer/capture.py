@@ -356,7 +356,8 @@ def record_opaque(trace, func, target, args, kwargs):
 
     def to_proxy(m):
         if isinstance(m, torch.Tensor):
-            return trace.tensor(TensorSpec(tuple(m.shape), m.dtype, device, tuple(m.stride())))
+            return trace.tensor(TensorSpec(tuple(m.shape), m.dtype, device, tuple(m.stride())),
+                                requires_grad=m.requires_grad)
         return m
     if mutated is not None:
         outputs = to_proxy(memo[mutated.name])

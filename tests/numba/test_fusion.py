@@ -291,3 +291,13 @@ def test_float64_to_float16_rounds_twice_like_torch():
     assert fused_nodes(execution(jf))
     x = torch.tensor(0.7, dtype=torch.float16)      # hoisted: all values are scalars
     assert torch.equal(fused(torch.special.erf)(x), torch.special.erf(x))
+
+
+def test_kernel_source_is_public_and_on_the_fused_node():
+    import primtrace
+    jf = primtrace.jit(lambda a, b: torch.sin(a) * b + 1)
+    jf(torch.randn(8), torch.randn(8))
+    source = primtrace.kernel_source(jf)
+    assert source.startswith("# numba_fusion_0") and "def kernel_serial" in source
+    (node,) = [n for n in primtrace.last_trace(jf).nodes if n.symbol.kind == "fused"]
+    assert node.symbol.source in source

@@ -25,8 +25,7 @@ import os
 
 import torch
 
-from primtrace.executors.base import FusionExecutor, Region, dependency_graph
-from primtrace.executors.base import _creates_cycle  # the base class's cycle check
+from primtrace.executors.base import FusionExecutor, Region, creates_cycle, dependency_graph
 from primtrace.executors.numba import lowering
 from primtrace.executors.numba.codegen import NotFusible, is_number, node_args
 from primtrace.ir.proxy import NumberProxy, TensorProxy
@@ -111,7 +110,9 @@ class NumbaFusionExecutor(FusionExecutor):
 
     # --- partitioning --------------------------------------------------------------------
     def partition(self, trace: Trace) -> list[Region]:
-        if torch.is_grad_enabled() and any(getattr(p, "requires_grad", False) for p in trace.inputs):
+        if torch.is_grad_enabled() and any(
+                getattr(p, "requires_grad", False)
+                for p in [*trace.inputs, *(q for n in trace.nodes for q in n.output_proxies)]):
             return []   # kernels record no autograd graph: torch's ops do, so they run these
         nodes = trace.nodes
         g = dependency_graph(trace)
@@ -155,7 +156,7 @@ class NumbaFusionExecutor(FusionExecutor):
             if a == b:
                 return False
             union = members[a] | members[b]
-            if not valid(union) or _creates_cycle(g, group, members, a, b):
+            if not valid(union) or creates_cycle(g, group, members, a, b):
                 return False
             if len(members[a]) < len(members[b]):
                 a, b = b, a
