@@ -1,4 +1,5 @@
-"""Cached-call overhead of primtrace.jit (torch executor) on tiny tensors.
+"""Cached-call overhead of primtrace.jit on tiny tensors, with the default executors
+(Numba fusion, then torch) and with the torch executor alone (--torch-only).
 
 At 16 elements the kernels cost almost nothing, so the time per call is the framework's
 overhead: for primtrace, computing the cache key and calling the generated function. The
@@ -59,12 +60,13 @@ def per_call_us(candidates: dict, args, number: int, repeat: int = 7) -> dict:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    parser.add_argument("--torch-only", action="store_true", help="jit with the torch executor only")
     parser.add_argument("--number", type=int, default=20000, help="calls per timing run")
     opts = parser.parse_args()
     warnings.simplefilter("ignore")
     rows = []
     for name, (fn, args) in inputs().items():
-        jfn = primtrace.jit(fn)
+        jfn = primtrace.jit(fn, executors=[primtrace.TORCH] if opts.torch_only else None)
         for got, want in zip([jfn(*args)], [fn(*args)]):
             torch.testing.assert_close(got, want)
         candidates = {"eager": fn, "jit": jfn, "key": lambda *a: cache_key(a, {})}
@@ -86,7 +88,7 @@ def main():
         ratio = f"{ours / compiled:12.2f}" if compiled is not None else f"{'-':>12}"
         print(f"{name:16} {nodes:5d} {eager:8.2f} {ours:8.2f} {key:7.2f} {comp} "
               f"{ours / eager:10.2f} {ratio}")
-    print("\njit: a cached primtrace.jit call with the torch executor; key: computing the "
+    print(f"\njit: a cached primtrace.jit call ({'torch executor' if opts.torch_only else 'default executors'}); key: computing the "
           "cache key alone;\nprims: nodes in the execution trace (one torch call each).")
 
 
