@@ -58,17 +58,11 @@ def erfc_tail_f32(a):
 
 
 @vjit
-def erfc_tail_f64(a):
-    """float64 version of erfc_tail_f32: t's rounding error is carried to first order and
-    the last two Horner steps are double-word."""
-    nh, nl = two_sum(a, -_K64)           # a - K and a + K exactly
-    dh, dl = two_sum(a, _K64)
-    d = dh + dl
-    t = (nh + nl) / d
-    p, pe = two_prod_f64(t, dh)
-    tl = (((nh - p) - pe) + (nl - t * dl)) / d   # t_exact = t + tl; H' * tl is added below
+def _erfc64_horner_to_p2(t):
+    """Horner steps P[23] .. P[2] of erfc's float64 polynomial, written out (no inner loop);
+    the callers finish the last two steps in their own precision."""
     P = _ERFC64
-    h = P[23]                              # Horner, written out (no inner loop)
+    h = P[23]
     h = P[22] + t * h
     h = P[21] + t * h
     h = P[20] + t * h
@@ -90,6 +84,21 @@ def erfc_tail_f64(a):
     h = P[4] + t * h
     h = P[3] + t * h
     h = P[2] + t * h
+    return h
+
+
+@vjit
+def erfc_tail_f64(a):
+    """float64 version of erfc_tail_f32: t's rounding error is carried to first order and
+    the last two Horner steps are double-word."""
+    nh, nl = two_sum(a, -_K64)           # a - K and a + K exactly
+    dh, dl = two_sum(a, _K64)
+    d = dh + dl
+    t = (nh + nl) / d
+    p, pe = two_prod_f64(t, dh)
+    tl = (((nh - p) - pe) + (nl - t * dl)) / d   # t_exact = t + tl; H' * tl is added below
+    P = _ERFC64
+    h = _erfc64_horner_to_p2(t)
     # the last two steps in double-word arithmetic (their partial sums are ~H)
     uh, ue = two_prod_f64(t, h)
     sh, se = two_sum(P[1], uh)
@@ -131,28 +140,7 @@ def _erfc_rough_f64(a):
     a = a if a < F64(6.5) else F64(6.5)
     t = (a - _K64) / (a + _K64)
     P = _ERFC64
-    h = P[23]
-    h = P[22] + t * h
-    h = P[21] + t * h
-    h = P[20] + t * h
-    h = P[19] + t * h
-    h = P[18] + t * h
-    h = P[17] + t * h
-    h = P[16] + t * h
-    h = P[15] + t * h
-    h = P[14] + t * h
-    h = P[13] + t * h
-    h = P[12] + t * h
-    h = P[11] + t * h
-    h = P[10] + t * h
-    h = P[9] + t * h
-    h = P[8] + t * h
-    h = P[7] + t * h
-    h = P[6] + t * h
-    h = P[5] + t * h
-    h = P[4] + t * h
-    h = P[3] + t * h
-    h = P[2] + t * h
+    h = _erfc64_horner_to_p2(t)
     h = P[1] + t * h
     h = P[0] + t * h
     p, k = exp_core_f64(-(a * a))
