@@ -66,7 +66,7 @@ def _apply(name, *args):
 
 def _binary(name):
     def method(self, other):
-        if isinstance(other, Proxy) and not isinstance(other, NumberProxy) or not _is_number(other):
+        if not _is_number(other):  # a tensor (proxy or real) handles it with its reflected op
             return NotImplemented
         return _apply(name, self, other)
 
@@ -102,7 +102,6 @@ def install() -> None:
         setattr(NumberProxy, f"__{name}__", lambda self, _n=name: _apply(_n, self))
     for name in _COMPARE:
         setattr(NumberProxy, f"__{name}__", _compare(name))
-    NumberProxy.__hash__ = lambda self: id(self)
 
 
 install()
