@@ -30,6 +30,9 @@ def _dispatch(func, args, kwargs=None):
     return _dispatcher(func, args, kwargs or {})
 
 
+_no_torch_function = torch._C.DisableTorchFunction
+
+
 def contiguous_strides(shape) -> tuple[int, ...]:
     strides, acc = [], 1
     for size in reversed(shape):
@@ -60,11 +63,8 @@ class TensorSpec:
 
 
 class Proxy:
-    """A named symbolic value."""
-    __slots__ = ("name",)
-
-    def __init__(self, name: str):
-        self.name = name
+    """A named symbolic value (subclasses store `name`)."""
+    __slots__ = ()
 
     def __repr__(self):
         return self.name
@@ -77,10 +77,10 @@ class NumberProxy(Proxy):
     shapes) can do so; reading it marks the proxy as specialized, which puts the value
     into the cache key.
     """
-    __slots__ = ("python_type", "value", "specialized", "sources")
+    __slots__ = ("name", "python_type", "value", "specialized", "sources")
 
     def __init__(self, name: str, python_type: type, value=None, sources: tuple = ()):
-        super().__init__(name)
+        self.name = name
         self.python_type = python_type
         self.value = value
         self.specialized = False
@@ -120,107 +120,157 @@ class NumberProxy(Proxy):
         return _dispatch(func, args, kwargs)
 
 
-class TensorProxy(Proxy):
-    """A symbolic tensor: shape, dtype, device, strides, requires_grad."""
-    __slots__ = ("shape", "dtype", "device", "_strides", "requires_grad")
+class TensorProxy(Proxy, torch.Tensor):
+    """A symbolic tensor: shape, dtype, device, strides, requires_grad.
 
-    def __init__(self, name: str, spec: TensorSpec, requires_grad: bool = False):
-        super().__init__(name)
-        self.shape = torch.Size(spec.shape)
-        self.dtype = spec.dtype
-        self.device = spec.device
-        self._strides = tuple(spec.strides)
-        self.requires_grad = requires_grad
+    It is a ``torch.Tensor`` subclass so that library code sees a tensor:
+    ``isinstance(x, torch.Tensor)``, ``torch.is_tensor(x)`` and unbound calls such as
+    ``torch.Tensor.cfloat(x)`` behave as on real tensors. Its storage is an empty ``meta``
+    tensor with the same sizes and strides; metadata is answered here in Python, and every
+    other torch call reaches the tracer through ``__torch_function__``.
+    """
+
+    @staticmethod
+    def __new__(cls, name: str, spec: TensorSpec, requires_grad: bool = False):
+        with _no_torch_function():  # the tracer's mode must not see this allocation
+            storage = torch.empty_strided(tuple(spec.shape), tuple(spec.strides),
+                                          dtype=spec.dtype, device="meta")
+            self = torch.Tensor._make_subclass(cls, storage, False)
+        d = self.__dict__
+        d["_name"], d["_shape"], d["_dtype"] = name, torch.Size(spec.shape), spec.dtype
+        d["_device"], d["_strides"], d["_requires_grad"] = spec.device, tuple(spec.strides), requires_grad
+        return self
+
+    def __init__(self, *args, **kwargs):
+        pass
 
     # --- metadata, answered without dispatch -------------------------------------------
     @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def shape(self) -> torch.Size:
+        return self._shape
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    @property
+    def requires_grad(self) -> bool:
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        self.__dict__["_requires_grad"] = bool(value)
+
+    @property
     def spec(self) -> TensorSpec:
-        return TensorSpec(tuple(self.shape), self.dtype, self.device, self._strides)
+        return TensorSpec(tuple(self._shape), self._dtype, self._device, self._strides)
 
     @property
     def ndim(self) -> int:
-        return len(self.shape)
+        return len(self._shape)
 
     def dim(self) -> int:
-        return len(self.shape)
+        return len(self._shape)
 
     def size(self, dim=None):
-        return self.shape if dim is None else self.shape[dim]
+        return self._shape if dim is None else self._shape[dim]
 
     def stride(self, dim=None):
         return self._strides if dim is None else self._strides[dim]
 
+    def storage_offset(self) -> int:
+        return 0
+
     def numel(self) -> int:
-        return math.prod(self.shape)
+        return math.prod(self._shape)
 
     def nelement(self) -> int:
         return self.numel()
 
     def element_size(self) -> int:
-        return self.dtype.itemsize
+        return self._dtype.itemsize
+
+    @property
+    def itemsize(self) -> int:
+        return self._dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel() * self._dtype.itemsize
 
     def is_contiguous(self, memory_format=torch.contiguous_format) -> bool:
         if memory_format is torch.channels_last and self.ndim == 4:
-            n, c, h, w = self.shape
-            return self._strides == _permuted_strides(self.shape, (0, 2, 3, 1))
-        return _is_dense_like(self.shape, self._strides, contiguous_strides(self.shape))
+            return _is_dense_like(self._shape, self._strides, _permuted_strides(self._shape, (0, 2, 3, 1)))
+        return _is_dense_like(self._shape, self._strides, contiguous_strides(self._shape))
 
     def is_floating_point(self) -> bool:
-        return self.dtype.is_floating_point
+        return self._dtype.is_floating_point
 
     def is_complex(self) -> bool:
-        return self.dtype.is_complex
+        return self._dtype.is_complex
+
+    def get_device(self) -> int:
+        return -1 if self._device.type == "cpu" else (self._device.index or 0)
 
     @property
     def is_cuda(self) -> bool:
-        return self.device.type == "cuda"
+        return self._device.type == "cuda"
+
+    @property
+    def is_cpu(self) -> bool:
+        return self._device.type == "cpu"
+
+    @property
+    def is_meta(self) -> bool:
+        return self._device.type == "meta"
+
+    is_sparse = is_quantized = is_mkldnn = is_nested = False
+    grad = grad_fn = None
+
+    @property
+    def is_leaf(self) -> bool:
+        return True  # a proxy stands for a value, not a node of an autograd graph
 
     @property
     def layout(self):
         return torch.strided
 
     def __len__(self):
-        if not self.shape:
+        if not self._shape:
             raise TypeError("len() of a 0-d tensor")
-        return self.shape[0]
+        return self._shape[0]
 
     def __repr__(self):
-        return f'{self.name}: "{self.device.type} {dtypes.short_name(self.dtype)}{list(self.shape)}"'
+        return f'{self._name}: "{self._device.type} {dtypes.short_name(self._dtype)}{list(self._shape)}"'
+
+    __str__ = __repr__
+
+    def __format__(self, spec):
+        return repr(self)
 
     def __hash__(self):
         return id(self)
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError(f"a primtrace proxy ({self._name}) cannot be pickled or deep-copied")
 
     # --- everything else is a torch call, handed to the tracer ---------------------------
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         return _dispatch(func, args, kwargs)
 
-    def __getattr__(self, name):
-        attr = getattr(torch.Tensor, name, None)
-        if attr is None:
-            raise AttributeError(f"'TensorProxy' object has no attribute '{name}'")
-        if callable(attr):
-            return lambda *args, **kwargs: _dispatch(attr, (self, *args), kwargs)
-        # a property of Tensor, such as .T, .mT, .real, .imag
-        return _dispatch(attr.__get__, (self,), {})
 
-    def __setitem__(self, key, value):
-        _dispatch(torch.Tensor.__setitem__, (self, key, value), {})
-
-    def __bool__(self):
-        return _dispatch(torch.Tensor.__bool__, (self,), {})
-
-    def __float__(self):
-        return _dispatch(torch.Tensor.__float__, (self,), {})
-
-    def __int__(self):
-        return _dispatch(torch.Tensor.__int__, (self,), {})
-
-    def __index__(self):
-        return _dispatch(torch.Tensor.__index__, (self,), {})
-
-    def __iter__(self):
-        return _dispatch(torch.Tensor.__iter__, (self,), {})
+def is_real_tensor(x) -> bool:
+    """A torch.Tensor holding data (not a proxy)."""
+    return isinstance(x, torch.Tensor) and not isinstance(x, TensorProxy)
 
 
 def _permuted_strides(shape, order):
@@ -234,26 +284,3 @@ def _permuted_strides(shape, order):
 
 def _is_dense_like(shape, strides, expected) -> bool:
     return all(size <= 1 or s == e for size, s, e in zip(shape, strides, expected))
-
-
-# Operators on tensor proxies: each is the torch.Tensor dunder, dispatched.
-_OPERATORS = (
-    "add radd sub rsub mul rmul truediv rtruediv floordiv rfloordiv mod rmod pow rpow "
-    "matmul rmatmul and rand or ror xor rxor lshift rlshift rshift rrshift "
-    "iadd isub imul itruediv ifloordiv imod ipow iand ior ixor ilshift irshift "
-    "eq ne lt le gt ge neg pos abs invert getitem"
-).split()
-
-
-def _make_operator(name):
-    dunder = f"__{name}__"
-    func = getattr(torch.Tensor, dunder)
-
-    def op(self, *args):
-        return _dispatch(func, (self, *args), {})
-    op.__name__ = dunder
-    return op
-
-
-for _name in _OPERATORS:
-    setattr(TensorProxy, f"__{_name}__", _make_operator(_name))

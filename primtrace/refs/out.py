@@ -11,6 +11,7 @@ import warnings
 import torch
 
 from primtrace import dtypes, prims
+from primtrace.ir.proxy import is_real_tensor
 from primtrace.prims.meta import torch_dtype_name
 
 OVERLAP_MESSAGE = ("unsupported operation: some elements of the input tensor and the written-to "
@@ -54,7 +55,7 @@ def _byte_range(t):
 
 def check_overlap(out, inputs):
     """Raise eager's errors for an output that overlaps itself or partially an input."""
-    if not isinstance(out, torch.Tensor) or out.numel() == 0:
+    if not is_real_tensor(out) or out.numel() == 0:  # proxies: no memory to compare
         return
     if not _non_overlapping_and_dense(out):
         if any(s == 0 and n > 1 for n, s in zip(out.shape, out.stride())):
@@ -62,7 +63,7 @@ def check_overlap(out, inputs):
         return
     out_range = _byte_range(out)
     for t in inputs:
-        if not isinstance(t, torch.Tensor) or t is out or t.numel() == 0:
+        if not is_real_tensor(t) or t is out or t.numel() == 0:
             continue
         if t.untyped_storage().data_ptr() != out.untyped_storage().data_ptr():
             continue

@@ -343,3 +343,33 @@ def test_refs_added_later_are_picked_up_and_factories_record_their_prims(monkeyp
     first = jfn(x)
     first.zero_()
     same(jfn(x), torch.ones(2, 3) + x)  # made on every call
+
+
+def test_proxies_pass_tensor_type_checks_as_library_code_expects():
+    """Library code branches on isinstance/is_tensor: a proxy must take the tensor branch
+    (it failed both checks once, and silently took the other branch)."""
+    def f(x, y):
+        a = x * 2 if isinstance(x, torch.Tensor) else x
+        b = a + 1 if torch.is_tensor(a) else a
+        c = y if not isinstance(y, torch.Tensor) else y - 1
+        return b, c
+    x, y = torch.randn(3), torch.randn(3)
+    same(primtrace.jit(f)(x, y), f(x, y))
+
+
+@pytest.mark.parametrize("method, args", [
+    ("cfloat", ()), ("cdouble", ()), ("add", (1.5,)), ("mul_", (2,)), ("abs", ()),
+    ("clamp", (-0.5, 0.5)), ("__add__", (1,)), ("__rsub__", (1,)), ("to", (torch.float64,)),
+])
+def test_unbound_tensor_methods_trace_like_bound_ones(method, args):
+    """torch.Tensor.<method>(x, ...) is the same call as x.<method>(...)."""
+    def unbound(x):
+        return getattr(torch.Tensor, method)(x, *args)
+
+    def bound(x):
+        return getattr(x, method)(*args)
+    x = torch.randn(4)
+    got = primtrace.jit(unbound)(x.clone())
+    same(got, bound(x.clone()))
+    assert prim_names(primtrace.trace(unbound, stage="prims")(x)) == \
+        prim_names(primtrace.trace(bound, stage="prims")(x))

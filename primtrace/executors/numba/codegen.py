@@ -23,7 +23,7 @@ import torch
 
 from primtrace.executors.numba import lowering
 from primtrace.executors.numba.lowering import DTYPES, NUMBER_DTYPE, Backend, Emitter
-from primtrace.ir.proxy import NumberProxy, Proxy, TensorProxy
+from primtrace.ir.proxy import NumberProxy, Proxy, TensorProxy, is_real_tensor
 
 
 class NotFusible(Exception):
@@ -123,7 +123,7 @@ def is_number(x) -> bool:
 
 
 def _is_constant_tensor(x) -> bool:
-    return (isinstance(x, torch.Tensor) and x.ndim == 0 and x.device.type == "cpu"
+    return (is_real_tensor(x) and x.ndim == 0 and x.device.type == "cpu"
             and lowering.supported(x.dtype))
 
 
