@@ -114,11 +114,18 @@ def _copy_to_meta(dst, src):
 
 
 def _copy_to_impl(dst, src):
+    if src.ndim == 0 and any(s == 0 and n > 1 for n, s in zip(dst.shape, dst.stride())):
+        # one value into an expanded dst (fill_ writes one): each memory location once,
+        # through a view without the repeated elements torch's copy_ refuses
+        sizes = [1 if s == 0 else n for n, s in zip(dst.shape, dst.stride())]
+        dst.as_strided(sizes, dst.stride()).copy_(src)
+        return dst
     return dst.copy_(src)
 
 
 copy_to = _prim("copy_to", _copy_to_meta, _copy_to_impl, tags=("inplace",),
-                doc="Write `src` into `dst` (same dtype, same or 0-dim shape); returns dst.")
+                doc="Write `src` into `dst` (same dtype, same or 0-dim shape); returns dst. The "
+                    "ref checks overlap: a 0-dim src may fill an expanded dst.")
 
 
 def _resize_meta(a, shape):

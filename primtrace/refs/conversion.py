@@ -28,8 +28,8 @@ from primtrace.refs.creation import (CHANNELS_LAST_ORDERS, PYTHON_DTYPES, as_dty
 DTYPE_METHODS = {
     "float": torch.float32, "double": torch.float64, "half": torch.float16,
     "bfloat16": torch.bfloat16, "int": torch.int32, "long": torch.int64, "short": torch.int16,
-    "char": torch.int8, "byte": torch.uint8, "bool": torch.bool, "cfloat": torch.complex64,
-    "cdouble": torch.complex128,
+    "char": torch.int8, "byte": torch.uint8, "bool": torch.bool, "chalf": torch.complex32,
+    "cfloat": torch.complex64, "cdouble": torch.complex128,
 }
 
 __all__ = ["to", "type_as", "clone", "contiguous", *DTYPE_METHODS]

@@ -54,12 +54,18 @@ def _byte_range(t):
 
 
 def check_overlap(out, inputs):
-    """Raise eager's errors for an output that overlaps itself or partially an input."""
-    if not is_real_tensor(out) or out.numel() == 0:  # proxies: no memory to compare
+    """Raise eager's errors for an output that overlaps itself or partially an input.
+
+    An expanded output (a stride 0) is refused on proxies too: their strides are the
+    tensors' own (part of the cache key). Overlap with an input needs addresses, which
+    proxies do not have."""
+    if out.numel() == 0:
         return
     if not _non_overlapping_and_dense(out):
         if any(s == 0 and n > 1 for n, s in zip(out.shape, out.stride())):
             raise RuntimeError(INTERNAL_OVERLAP_MESSAGE)
+        return
+    if not is_real_tensor(out):
         return
     out_range = _byte_range(out)
     for t in inputs:
@@ -70,8 +76,8 @@ def check_overlap(out, inputs):
         if not _non_overlapping_and_dense(t):
             continue
         t_range = _byte_range(t)
-        if t_range == out_range:
-            continue  # full overlap: in-place
+        if t_range == out_range and tuple(t.stride()) == tuple(out.stride()):
+            continue  # full overlap: in-place (the same range in another order is partial)
         if t_range[0] < out_range[1] and out_range[0] < t_range[1]:
             raise RuntimeError(OVERLAP_MESSAGE)
 

@@ -216,8 +216,11 @@ def _snapshot(obj):
 
 def _same(a, b) -> bool:
     if isinstance(a, torch.Tensor):
-        return (isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype
-                and bool(torch.equal(a, b) or (a.is_floating_point() or a.is_complex())
+        if not (isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype):
+            return False
+        if a.dtype is torch.complex32:  # torch.equal has no ComplexHalf kernel
+            a, b = a.to(torch.complex64), b.to(torch.complex64)
+        return (bool(torch.equal(a, b) or (a.is_floating_point() or a.is_complex())
                          and torch.equal(torch.nan_to_num(a, nan=7.0), torch.nan_to_num(b, nan=7.0))
                          and torch.equal(a.isnan(), b.isnan())))
     if isinstance(a, (tuple, list)):
