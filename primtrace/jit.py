@@ -28,7 +28,7 @@ from primtrace.executors.codegen import compile_trace
 from primtrace.executors.lowering import lower
 from primtrace.ir.proxy import NumberProxy
 from primtrace.ir.trace import Trace, current_trace
-from primtrace.tracer.capture import acquire
+from primtrace.tracer.capture import acquire, to_prims
 from primtrace.tracer.inputs import cache_key
 from primtrace.tracer.passes import optimize
 
@@ -88,7 +88,7 @@ def build(fn, args: tuple, kwargs: dict, executors: list[Executor], options: dic
     acquisition = acquire(fn, args, kwargs)
     traces = [acquisition]
     if stop != "acquisition":
-        traces.append(acquisition.derive(acquisition.flat_nodes(), "prims"))
+        traces.append(to_prims(acquisition))
     if stop not in ("acquisition", "prims"):
         prims = traces[-1]
         optimized = (optimize(prims, remove_lossy_round_trips=options["remove_lossy_round_trips"])

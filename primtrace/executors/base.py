@@ -146,7 +146,9 @@ class FusionExecutor(Executor, abc.ABC):
 
     Subclasses implement :meth:`can_fuse` and :meth:`compile`; :meth:`partition` has a
     default. The trace given to ``partition`` lists in ``trace.tags["claimed"]`` the ids of
-    nodes a higher-priority executor already took: a region must not contain them.
+    nodes a higher-priority executor already took: a region must not contain them. A
+    partition may append one-line reasons for what it declined to ``trace.tags["notes"]``;
+    the execution trace prints them in its header.
     """
     #: regions with fewer nodes are left to the operator executors
     min_region_size: int = 1

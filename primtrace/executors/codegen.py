@@ -125,7 +125,8 @@ def compile_trace(trace: Trace):
         for p in node.inputs:
             last_use[p.name] = i
     returned = {p.name for p in proxies_in(trace.outputs)}
-    lines = [f"def {_fn_name(trace)}({', '.join(params)}):"]
+    entry_grad = trace.tags.get("grad_enabled")
+    blocks: list[tuple[bool | None, list[str]]] = []   # (grad mode to switch to, lines)
     for i, node in enumerate(trace.nodes):
         fn = em.bind(implementation(node), node.symbol.name)
         args = [em.expr(a) for a in node.args] + [f"{k}={em.expr(v)}" for k, v in node.kwargs.items()]
@@ -133,12 +134,28 @@ def compile_trace(trace: Trace):
         used = [p for p in node.output_proxies if p.name in last_use and last_use[p.name] > i
                 or p.name in returned]
         target, extra = em.targets(node.outputs) if used else ("", [])
-        lines.append(f"    {target} = {call}" if target else f"    {call}")
-        lines += [f"    {line}" for line in extra]
+        node_lines = [f"{target} = {call}" if target else call] + extra
+        if node.symbol.kind == "opaque" and used:
+            node_lines += _layout_checks(node, em)
         dead = sorted({p.name for p in node.inputs if last_use[p.name] == i
                        and p.name not in returned and p.name not in input_names})
         if dead:
-            lines.append(f"    del {', '.join(dead)}")
+            node_lines.append(f"del {', '.join(dead)}")
+        mode = node.grad_enabled if node.grad_enabled is not None and entry_grad is not None \
+            and node.grad_enabled != entry_grad else None
+        if blocks and blocks[-1][0] == mode:
+            blocks[-1][1].extend(node_lines)
+        else:
+            blocks.append((mode, node_lines))
+    lines = [f"def {_fn_name(trace)}({', '.join(params)}):"]
+    for mode, block in blocks:
+        if mode is None:
+            lines += [f"    {line}" for line in block]
+            continue
+        switch = em.bind(torch._C._set_grad_enabled, "set_grad_enabled")
+        lines += [f"    {switch}({mode})  # as the traced code did (torch.no_grad() inside)",
+                  "    try:", *[f"        {line}" for line in block],
+                  "    finally:", f"        {switch}({entry_grad})"]
     made = trace.tags.get("trace_time_tensors", set())
     lines.append(f"    return {_fresh_constants(em.expr(trace.outputs), em, made)}")
     source = "\n".join(lines) + "\n"
@@ -148,7 +165,8 @@ def compile_trace(trace: Trace):
     exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - our own generated code
     fn = namespace[_fn_name(trace)]
     fn.__primtrace_source__ = source
-    return _forwarded(trace) or fn, source
+    plain = len(blocks) == 1 and blocks[0][0] is None and len(blocks[0][1]) == 1
+    return (_forwarded(trace) if plain else None) or fn, source
 
 
 def _forwarded(trace: Trace):
@@ -163,6 +181,32 @@ def _forwarded(trace: Trace):
             or any(a is not p for a, p in zip(node.args, trace.inputs))):
         return None
     return implementation(node)
+
+
+def _layout_checks(node: Node, em: _Emitter) -> list[str]:
+    """Lines that give an opaque call's tensor outputs the strides the trace assumed.
+
+    Those strides came from running the op on meta tensors, and meta kernels do not always
+    lay out outputs as the CPU or CUDA kernels do (scaled_dot_product_attention on transposed
+    views); fused kernels and later metadata were computed from them. A tensor whose real
+    strides differ is copied into the assumed layout (rare; the check costs a tuple compare).
+    """
+    if "inplace" in node.symbol.tags:
+        return []   # the written tensor itself, whose layout is known
+    lines = []
+    for p in node.output_proxies:
+        if isinstance(p, torch.Tensor) and sum(n > 1 for n in p.shape) >= 2:
+            strides = tuple(p.stride())
+            fix = em.bind(with_strides, "with_strides")
+            lines.append(f"if {p.name}.stride() != {strides!r}: "
+                         f"{p.name} = {fix}({p.name}, {strides!r})")
+    return lines
+
+
+def with_strides(t: torch.Tensor, strides: tuple) -> torch.Tensor:
+    """A copy of `t` laid out with `strides` (autograd records the copy)."""
+    out = torch.empty_strided(t.shape, strides, dtype=t.dtype, device=t.device)
+    return out.copy_(t)
 
 
 def _fn_name(trace: Trace) -> str:

@@ -26,10 +26,12 @@ def lower(trace: Trace, executors: list[Executor]) -> Trace:
     position = {id(n): i for i, n in enumerate(nodes)}
     owner: dict[int, Executor] = {}
     regions: list[tuple[FusionExecutor, Region]] = []
+    notes: list[str] = list(trace.tags.get("notes", ()))  # what executors say they declined
     for ex in executors:
         if isinstance(ex, FusionExecutor):
             view = trace.derive(nodes, "partition")
             view.tags["claimed"] = frozenset(owner)
+            view.tags["notes"] = notes
             for region in ex.partition(view):
                 _check_region(trace, ex, region, position, owner)
                 for n in region.nodes:
@@ -56,8 +58,7 @@ def lower(trace: Trace, executors: list[Executor]) -> Trace:
         k = region_of.get(id(n))
         if k is None:
             unit_of[i] = len(units)
-            units.append(Node(n.symbol, n.args, n.kwargs, n.outputs, n.subnodes, n.source,
-                              owner[id(n)]))
+            units.append(n.replace(executor=owner[id(n)]))
         elif k in fused_unit:
             unit_of[i] = fused_unit[k]
         else:
@@ -77,6 +78,8 @@ def lower(trace: Trace, executors: list[Executor]) -> Trace:
         raise LoweringError("the fusion regions form a cycle with the rest of the trace "
                             "(a region both feeds and waits for a node outside it)") from None
     execution = trace.derive([units[u] for u in order], "execution")
+    if notes:
+        execution.tags["notes"] = notes
     return execution
 
 

@@ -80,6 +80,7 @@ def format_trace(trace) -> str:
     header = []
     if trace.stage:
         header.append(f"# {trace.stage} trace")
+    header += [f"# note: {note}" for note in trace.tags.get("notes", ())]
     header.append(f"def {trace.name}({', '.join(params)}):")
     body = []
     last_source = [None]

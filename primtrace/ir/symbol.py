@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+import torch
+
 from primtrace.ir.proxy import NumberSpec, Proxy, TensorSpec
 from primtrace.ir.trace import Node, current_trace, tree_flatten
 
@@ -17,16 +19,26 @@ def has_proxy(args, kwargs=None) -> bool:
     return any(isinstance(leaf, Proxy) for leaf in tree_flatten((args, kwargs or {})))
 
 
-def _to_proxies(trace, out):
+def _to_proxies(trace, out, requires_grad: bool = False):
     if isinstance(out, TensorSpec):
-        return trace.tensor(out)
+        differentiable = out.dtype.is_floating_point or out.dtype.is_complex
+        return trace.tensor(out, requires_grad=requires_grad and differentiable)
     if isinstance(out, NumberSpec):
         proxy = trace.number(out.python_type, out.value)
         proxy.sources = out.sources
         return proxy
     if isinstance(out, (tuple, list)):
-        return type(out)(_to_proxies(trace, o) for o in out)
+        return type(out)(_to_proxies(trace, o, requires_grad) for o in out)
     return out
+
+
+def _requires_grad(sym, args, kwargs) -> bool:
+    """Eager's rule for a prim's result: it requires grad when grad mode is on and an input
+    does; an in-place prim's result is its destination, which keeps its own flag."""
+    flags = [leaf.requires_grad is True for leaf in tree_flatten((args, kwargs))
+             if isinstance(leaf, torch.Tensor)]
+    inplace = "inplace" in sym.tags and flags and flags[0] and isinstance(args[0], torch.Tensor)
+    return bool(inplace) or (torch.is_grad_enabled() and any(flags))
 
 
 class Symbol:
@@ -74,7 +86,8 @@ class Symbol:
             with trace.scope(node):
                 node.outputs = self.fn(*args, **kwargs)
         else:
-            node.outputs = _to_proxies(trace, self.meta(*args, **kwargs))
+            node.outputs = _to_proxies(trace, self.meta(*args, **kwargs),
+                                       _requires_grad(self, args, kwargs))
         trace.record(node)
         return node.outputs
 

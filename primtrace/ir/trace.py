@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +40,12 @@ class Node:
     subnodes: list = field(default_factory=list)
     source: str | None = None  # the user's line that produced this node
     executor: Any = None       # set in the execution trace: the executor that runs this node
+    grad_enabled: bool | None = None  # torch's grad mode when recorded (None: the trace's)
+    call: tuple | None = None  # a ref node's torch-level call: (torch function, args, kwargs)
+
+    def replace(self, **changes) -> "Node":
+        """A copy with some fields changed (passes and lowering keep the rest as is)."""
+        return dataclasses.replace(self, **changes)
 
     @property
     def inputs(self) -> list[Proxy]:

@@ -86,6 +86,7 @@ class TracingTrace(Trace):
         super().__init__(name)
         self.versions: dict[str, Proxy] = {}   # proxy name -> its value after a mutation
         self.bypass = 0                         # > 0 while running torch on meta tensors
+        self.tags["grad_enabled"] = torch.is_grad_enabled()  # the mode of the whole call
 
     @property
     def source_line(self):
@@ -111,6 +112,7 @@ class TracingTrace(Trace):
         return tree_map(self.latest, args), tree_map(self.latest, kwargs)
 
     def record(self, node: Node) -> Node:
+        node.grad_enabled = torch.is_grad_enabled()  # `with torch.no_grad():` inside fn
         super().record(node)
         sym = node.symbol
         if (sym.kind == "prim" and "inplace" in sym.tags and node.args
@@ -150,7 +152,7 @@ def dispatch(func, args, kwargs):
         args, kwargs = resolve(args, kwargs)
     result = NotImplemented
     if target.ref is not None:
-        result = _call_ref(trace, target, args, kwargs)
+        result = _call_ref(trace, func, target, args, kwargs)
     if result is NotImplemented:
         result = record_opaque(trace, func, target, args, kwargs)
     if written is not None and hasattr(trace, "latest") and result is not written and (
@@ -178,7 +180,8 @@ def _accepts(ref: Symbol, name: str) -> bool:
     return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
-def _call_ref(trace, target, args, kwargs):
+def _call_ref(trace, func, target, args, kwargs):
+    call_args, call_kwargs = args, kwargs
     ref, kwargs = target.ref, dict(kwargs)
     if target.swap and len(args) >= 2:
         args = (args[1], args[0], *args[2:])
@@ -193,8 +196,11 @@ def _call_ref(trace, target, args, kwargs):
     bound = mapping.bind(ref, args, kwargs)
     if bound is None:
         return NotImplemented
+    scope = trace._scopes[-1]
     with _recording_constants(trace, not has_proxy(*bound)):
         result = ref(*bound[0], **bound[1])
+    if out is None and scope and scope[-1].outputs is result:
+        scope[-1].call = (func, call_args, call_kwargs)  # what torch runs if autograd must
     if out is not None:
         from primtrace.refs.out import copy_to_out
         result = copy_to_out(out, result, args)
@@ -273,6 +279,9 @@ def _to_meta(obj, memo: dict):
     def convert(x):
         if isinstance(x, TensorProxy):
             m = _meta_tensor(x.shape, x.stride(), x.dtype)
+            if x.requires_grad:  # a non-leaf that requires grad: autograd decides the outputs'
+                with torch.enable_grad():
+                    m = m.requires_grad_().clone()
             memo[x.name] = m
             return m
         if isinstance(x, NumberProxy):
@@ -330,7 +339,7 @@ def record_opaque(trace, func, target, args, kwargs):
         meta_args, meta_kwargs = _to_meta(args, memo), _to_meta(kwargs, memo)
         with torch.device("meta"):
             if target.name in ("cpu", "cuda"):  # a copy to a device: same metadata
-                result = torch.empty_like(meta_args[0])
+                result = meta_args[0].clone()
             else:
                 result = func(*meta_args, **meta_kwargs)
     except Exception as e:
@@ -372,6 +381,33 @@ def record_opaque(trace, func, target, args, kwargs):
         trace.versions[mutated.name] = outputs
     _warn_once(display)
     return outputs
+
+
+def to_prims(trace: Trace) -> Trace:
+    """The prims stage: every node flattened to prims and opaque calls, except ref nodes
+    whose results need autograd (grad mode on, a result requires grad): those run the torch
+    call the user made, so forward values and gradients are eager's own (a decomposition's
+    backward can differ: maximum(x, 0) splits the gradient at x == 0, relu does not)."""
+    grad_mode = trace.tags.get("grad_enabled", torch.is_grad_enabled())
+    nodes, kept = [], 0
+    for node in trace.nodes:
+        enabled = grad_mode if node.grad_enabled is None else node.grad_enabled
+        if node.call is None or not enabled or not any(
+                getattr(p, "requires_grad", False) for p in node.output_proxies):
+            nodes += node.flat()
+            continue
+        func, args, kwargs = node.call
+        target = mapping.resolve(func)
+        mutates = "self" if target.inplace and args and isinstance(args[0], TensorProxy) else None
+        nodes.append(Node(opaque_symbol(func, mutates), tuple(args), dict(kwargs), node.outputs,
+                          source=node.source, grad_enabled=node.grad_enabled))
+        kept += 1
+    prims = trace.derive(nodes, "prims")
+    if kept:
+        prims.tags["notes"] = [*trace.tags.get("notes", ()), (
+            f"{kept} op(s) whose results require grad run as the torch calls the code made, "
+            f"for eager's autograd (primtrace has no fused autograd yet)")]
+    return prims
 
 
 def _plain(result):

@@ -70,8 +70,7 @@ class _Rewriter:
         if all(a is b for a, b in zip(args, node.args)) and all(
                 kwargs[k] is node.kwargs[k] for k in kwargs):
             return node
-        return Node(node.symbol, args, kwargs, node.outputs, node.subnodes, node.source,
-                    node.executor)
+        return node.replace(args=args, kwargs=kwargs)
 
     def may_replace(self, old: Proxy, new: Proxy) -> bool:
         """Never merge two returned values (eager returns distinct tensors) nor return an
@@ -131,7 +130,8 @@ def cse(trace: Trace) -> Trace:
     for node in trace.nodes:
         node = rw.node(node)
         if is_pure(node):
-            key = (id(node.symbol), _const_key(node.args), _const_key(node.kwargs))
+            key = (id(node.symbol), _const_key(node.args), _const_key(node.kwargs),
+                   node.grad_enabled)
             first = seen.get(key)
             if first is not None:
                 pairs = list(zip(node.output_proxies, first.output_proxies))

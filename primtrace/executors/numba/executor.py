@@ -10,8 +10,9 @@ same cycle check) with what one elementwise kernel needs:
 - ``copy_to`` into a tensor the region receives is a store into it (in place, no copy);
   into a value computed in the region it just forwards the value;
 - a region needs real work (not only views and ``full``);
-- nothing fuses in a trace whose inputs require grad (with grad mode on): the kernels would
-  return tensors without a ``grad_fn``.
+- a node whose result requires grad (grad mode on) is left to torch, which records the
+  backward graph; kernels would return tensors without a ``grad_fn``. The rest still fuses
+  (masks, integer math, everything under ``torch.no_grad()``).
 
 Merges are retried until nothing changes (a merge can become valid once a third node has
 joined), then groups of the same shape that read a common input are merged too, so the
@@ -41,6 +42,13 @@ BACKEND_ENV = "PRIMTRACE_NUMBA_BACKEND"   # "cuda": run CPU tensors through the 
 def _device_type(node: Node) -> str | None:
     devices = {p.device.type for p in node.output_proxies if isinstance(p, TensorProxy)}
     return devices.pop() if len(devices) == 1 else None
+
+
+def needs_autograd(node: Node, trace_grad_mode: bool) -> bool:
+    """Whether torch must run `node` to record the backward graph: grad mode is on where it
+    was recorded and a result requires grad (kernels return tensors without a grad_fn)."""
+    enabled = trace_grad_mode if node.grad_enabled is None else node.grad_enabled
+    return enabled and any(getattr(p, "requires_grad", False) for p in node.output_proxies)
 
 
 class NumbaFusionExecutor(FusionExecutor):
@@ -110,18 +118,21 @@ class NumbaFusionExecutor(FusionExecutor):
 
     # --- partitioning --------------------------------------------------------------------
     def partition(self, trace: Trace) -> list[Region]:
-        if torch.is_grad_enabled() and any(
-                getattr(p, "requires_grad", False)
-                for p in [*trace.inputs, *(q for n in trace.nodes for q in n.output_proxies)]):
-            return []   # kernels record no autograd graph: torch's ops do, so they run these
         nodes = trace.nodes
         g = dependency_graph(trace)
         claimed = trace.tags.get("claimed", ())
         producer = {p.name: n for n in nodes for p in n.output_proxies}
         produced = set(producer)
         fusible = set()
+        grad_mode = trace.tags.get("grad_enabled", torch.is_grad_enabled())
         for i, n in enumerate(nodes):
             if id(n) in claimed or not self.can_fuse(n):
+                continue
+            if needs_autograd(n, grad_mode):
+                note = ("values that require grad run in torch, which records the backward "
+                        "graph (primtrace has no fused autograd yet)")
+                if note not in trace.tags.setdefault("notes", []):
+                    trace.tags["notes"].append(note)
                 continue
             if n.symbol.name == "copy_to":
                 dst = producer.get(node_args(n)[0].name)
