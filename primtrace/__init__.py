@@ -11,7 +11,8 @@ from primtrace.executors import (TORCH, Executor, FusionExecutor, OperatorExecut
                                  TorchExecutor, default_executors)
 from primtrace.ir import Node, Trace
 from primtrace.jit import (CacheInfo, Explanation, JitFunction, cache_info, explain, jit,
-                           kernel_source, last_trace, last_traces, trace)
+                           last_trace, last_traces, trace)
+from primtrace.kernels import clear_kernel_cache, kernel_ptx, kernel_source
 from primtrace.tracer import DataDependentError, OpaqueOpWarning, TracingError
 
 
@@ -30,6 +31,7 @@ def __getattr__(name):
 
 __all__ = [
     "jit", "trace", "last_traces", "last_trace", "explain", "cache_info", "kernel_source",
+    "kernel_ptx", "clear_kernel_cache",
     "Executor", "OperatorExecutor", "FusionExecutor", "Region", "TorchExecutor", "TORCH",
     "default_executors", "JitFunction", "CacheInfo", "Explanation", "Trace", "Node",
     "TracingError", "DataDependentError", "OpaqueOpWarning", "dynamo_backend",
