@@ -1,6 +1,6 @@
-"""Binary math refs: atan2, hypot, copysign, nextafter, maximum/minimum, fmax/fmin, gcd, lcm
-(rows of a table: promotion kind + one prim), and the composites xlogy, logaddexp,
-logaddexp2, ldexp, heaviside written in prims.
+"""Binary math refs: atan2, hypot, copysign, nextafter, maximum/minimum, fmax/fmin, gcd, lcm,
+igamma, igammac (rows of a table: promotion kind + one prim), and the composites xlogy,
+logaddexp, logaddexp2, ldexp (with its inverse frexp) and heaviside written in prims.
 """
 from __future__ import annotations
 
@@ -12,16 +12,18 @@ from primtrace import dtypes, prims
 from primtrace.prims.meta import torch_dtype_name
 from primtrace.refs.arithmetic import mul, pow
 from primtrace.refs.binary_checks import (checked, exact_add, exact_sub, python_zero, require_tensor,
+                                          type_meta_name,
                                           without_complex32)
 from primtrace.refs.core import (broadcast, broadcast_shapes, elementwise, inplace_variant,
-                                 is_tensor, ref, to_tensor)
+                                 is_tensor, maybe_convert, ref, to_tensor)
 from primtrace.refs.out import copy_to_out
 from primtrace.refs.promotion import DEFAULT, INT_TO_FLOAT, NO_OPMATH
 
 __all__ = ["atan2", "arctan2", "hypot", "copysign", "nextafter", "maximum", "minimum", "fmax",
-           "fmin", "gcd", "lcm", "xlogy", "logaddexp", "logaddexp2", "ldexp", "heaviside",
-           "atan2_", "arctan2_", "hypot_", "copysign_", "nextafter_", "gcd_", "lcm_", "xlogy_",
-           "ldexp_", "heaviside_"]
+           "fmin", "gcd", "lcm", "igamma", "igammac", "xlogy", "logaddexp", "logaddexp2", "ldexp",
+           "frexp", "heaviside",
+           "atan2_", "arctan2_", "hypot_", "copysign_", "nextafter_", "gcd_", "lcm_", "igamma_",
+           "igammac_", "xlogy_", "ldexp_", "heaviside_"]
 
 
 def make_binary(name, prim, kind, scalars=(), doc=None, check=None, complex32=True):
@@ -73,6 +75,8 @@ _TABLE = [
     ("fmin", prims.fmin, DEFAULT, ()),
     ("gcd", prims.gcd, DEFAULT, ()),
     ("lcm", prims.lcm, DEFAULT, ()),
+    ("igamma", prims.igamma, DEFAULT, ()),     # torch.special.gammainc: DEFAULT, as eager
+    ("igammac", prims.igammac, DEFAULT, ()),   # has no integer kernel to promote to
 ]
 _COMPLEX_IS_RUNTIME_ERROR = {"maximum", "minimum", "fmax", "fmin"}
 
@@ -187,6 +191,47 @@ def _scale_by_power_of_two(x, e):
     return prims.convert_element_type(prims.mul(prims.mul(prims.mul(x, third), third), rest), dtype)
 
 
+def _frexp_check(input, out=None):
+    if not is_tensor(input):
+        raise TypeError(f"frexp(): argument 'input' (position 1) must be Tensor, not "
+                        f"{type(input).__name__}")
+    if not input.dtype.is_floating_point:
+        raise RuntimeError("torch.frexp() only supports floating-point dtypes")
+    if out is not None:
+        mantissa, exponent = out
+        if mantissa.dtype != input.dtype:
+            raise RuntimeError(f"torch.frexp() expects mantissa to have dtype "
+                               f"{type_meta_name(input.dtype)} but got {type_meta_name(mantissa.dtype)}")
+        if exponent.dtype != torch.int32:
+            raise RuntimeError(f"torch.frexp() expects exponent to have int dtype but got "
+                               f"{type_meta_name(exponent.dtype)}")
+
+
+@checked(_frexp_check)
+@ref
+def frexp(input, *, out=None):
+    """(mantissa, exponent): input = mantissa * 2**exponent with |mantissa| in [0.5, 1), an
+    int32 exponent; 0, infinities and NaN are their own mantissa, with exponent 0.
+
+    In float64 (which holds every half and float32 value as a normal number): the exponent
+    is floor(log2|x|) + 1, moved by one where log2 rounded across a power of two (then the
+    scaled value lands outside [0.5, 1)); the mantissa is x scaled exactly, as ldexp scales,
+    so it is exact in input's dtype."""
+    x = maybe_convert(input, torch.float64)
+    regular = prims.bitwise_and(prims.isfinite(x), prims.ne(x, 0))
+    guess = prims.where(regular, prims.add(prims.floor(prims.log2(prims.abs(x))), 1), 0.0)
+    scaled = _scale_by_power_of_two(x, prims.neg(guess))
+    high = prims.bitwise_and(prims.ge(prims.abs(scaled), 1), regular)
+    low = prims.bitwise_and(prims.lt(prims.abs(scaled), 0.5), regular)
+    mantissa = prims.where(high, prims.mul(scaled, 0.5),
+                           prims.where(low, prims.mul(scaled, 2), scaled))
+    exponent = prims.where(high, prims.add(guess, 1), prims.where(low, prims.sub(guess, 1), guess))
+    result = (maybe_convert(mantissa, input.dtype), prims.convert_element_type(exponent, torch.int32))
+    if out is not None:
+        result = tuple(copy_to_out(o, r, (input,)) for o, r in zip(out, result))
+    return torch.return_types.frexp(result)
+
+
 def _heaviside_check(input, values, out=None):
     if not (is_tensor(input) and is_tensor(values)):
         raise TypeError("heaviside(): arguments 'input' and 'values' must be Tensors")
@@ -207,5 +252,6 @@ def heaviside(input, values):
 
 atan2_, hypot_, copysign_ = (inplace_variant(globals()[n]) for n in ("atan2", "hypot", "copysign"))
 nextafter_, gcd_, lcm_ = (inplace_variant(globals()[n]) for n in ("nextafter", "gcd", "lcm"))
+igamma_, igammac_ = inplace_variant(igamma), inplace_variant(igammac)  # noqa: F821
 arctan2_ = atan2_
 xlogy_, ldexp_, heaviside_ = inplace_variant(xlogy), inplace_variant(ldexp), inplace_variant(heaviside)

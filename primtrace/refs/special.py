@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from primtrace import prims
-from primtrace.refs import unary
+from primtrace.refs import binary, unary
 from primtrace.refs.binary import xlogy
 from primtrace.refs.core import elementwise
 from primtrace.refs.promotion import DEFAULT, INT_TO_FLOAT
@@ -77,24 +77,21 @@ def _body(prim, second):
     return body
 
 
-def binary_ref(name, prim, kind, second="other", *, low_precision=True, numbers=True):
-    """torch.special.<name>(input, <second>, *, out=None): `kind` promotion, then `prim`.
-    `numbers`: either argument may be a Python number (never both)."""
+def binary_ref(name, prim, kind, second="other", *, low_precision=True):
+    """torch.special.<name>(input, <second>, *, out=None): `kind` promotion, then `prim`;
+    either argument may be a Python number (never both)."""
     body = _body(prim, second)
     body.__name__ = body.__qualname__ = name
     body.__doc__ = f"{prim.qualname} after {kind.name} promotion."
     sym = elementwise(kind, ("input", second), module="refs.special",
-                      scalars=("input", second) if numbers else ())(body)
-    if numbers:
-        sym = precheck(not_both_numbers)(sym)
+                      scalars=("input", second))(body)
+    sym = precheck(not_both_numbers)(sym)
     return sym if low_precision else precheck(no_low_precision)(sym)
 
 
 _export(binary_ref("xlog1py", prims.xlog1py, INT_TO_FLOAT),
         binary_ref("zeta", prims.zeta, INT_TO_FLOAT, low_precision=False),
-        # DEFAULT, not INT_TO_FLOAT: eager has no integer gammainc
-        binary_ref("gammainc", prims.igamma, DEFAULT, numbers=False),
-        binary_ref("gammaincc", prims.igammac, DEFAULT, numbers=False))
+        gammainc=binary.igamma, gammaincc=binary.igammac)  # torch's own names
 
 # the orthogonal polynomials P_n(x): n is truncated to an integer by the kernel
 POLYNOMIALS = ("chebyshev_polynomial_t", "chebyshev_polynomial_u", "chebyshev_polynomial_v",

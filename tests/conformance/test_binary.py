@@ -86,6 +86,26 @@ def _ldexp_samples(spec):
     yield sample(tensor([0.75, -2.0], torch.float32), tensor([True, False], torch.bool), desc="bool exponent")
 
 
+def _frexp_samples(spec):
+    """Powers of two and their neighbours (where log2 rounds), the extremes, subnormals."""
+    for dtype in F:
+        info = torch.finfo(dtype)
+        low = int(math.log2(info.smallest_normal)) + int(math.log2(info.eps))  # the least subnormal
+        high = int(math.log2(info.max))
+        powers = torch.pow(2.0, torch.arange(low, high + 1, dtype=torch.float64)).to(dtype)
+        for toward in (0.0, INF):
+            yield sample(torch.nextafter(powers, torch.tensor(toward, dtype=dtype)), desc=f"{dtype} near 2**k")
+        yield sample(torch.cat([powers, -powers]), desc=f"{dtype} 2**k")
+        yield sample(tensor([info.max, -info.max, info.tiny, info.smallest_normal / 3, 0.0, -0.0,
+                             INF, -INF, NAN], dtype), desc=f"{dtype} extremes")
+
+
+def _igamma_samples(spec):
+    yield from pairs([0.0, 0.5, 1.0, INF, NAN, 3.0, -1.0, 1e-30], [0.0, 0.5, INF, 1.0, 1.0, NAN, 2.0, 1e30],
+                     F, "igamma edges")
+    yield sample(tensor([1.0, 2.0], torch.float32), 2.0, desc="number other")
+
+
 def _alpha_samples(spec):
     a32, i64, b8 = (tensor([1.5, -2.0], torch.float32), tensor([3, -4], torch.int64),
                     tensor([True, False], torch.bool))
@@ -141,6 +161,10 @@ SPECS = [
     _spec("gcd", refs.gcd, torch.gcd, domain=(-50.0, 50.0)),
     _spec("lcm", refs.lcm, torch.lcm, domain=(-50.0, 50.0)),
     _spec("ldexp", refs.ldexp, torch.ldexp, domain=(-8.0, 8.0), extra_samples=_ldexp_samples),
+    OpSpec("frexp", refs.frexp, torch.frexp, domain=(-1e3, 1e3), supports_out=False,
+           extra_samples=_frexp_samples),
+    _spec("igamma", refs.igamma, torch.igamma, domain=(0.0, 6.0), extra_samples=_igamma_samples),
+    _spec("igammac", refs.igammac, torch.igammac, domain=(0.0, 6.0), extra_samples=_igamma_samples),
     _spec("heaviside", refs.heaviside, torch.heaviside, extra_samples=_heaviside_samples),
 ]
 
@@ -151,7 +175,7 @@ _INPLACE = [  # (out-of-place spec name, Tensor method)
     ("pow", "pow_"), ("float_power", "float_power_"), ("xlogy", "xlogy_"), ("atan2", "atan2_"),
     ("atan2", "arctan2_"), ("hypot", "hypot_"), ("copysign", "copysign_"),
     ("nextafter", "nextafter_"), ("gcd", "gcd_"), ("lcm", "lcm_"), ("ldexp", "ldexp_"),
-    ("heaviside", "heaviside_"),
+    ("heaviside", "heaviside_"), ("igamma", "igamma_"), ("igammac", "igammac_"),
 ]
 _BY_NAME = {s.name: s for s in SPECS}
 INPLACE_SPECS = [inplace_spec(_BY_NAME[op], getattr(refs, method), method) for op, method in _INPLACE]
@@ -182,3 +206,34 @@ def test_floor_divide_is_not_floor_of_true_division():
     a, b = torch.tensor([-0.25], dtype=torch.float64), torch.tensor([-0.001], dtype=torch.float64)
     assert torch.floor(a / b).item() == 250.0
     assert refs.floor_divide(a, b).item() == torch.floor_divide(a, b).item() == 249.0
+
+
+def test_igamma_is_special_gammainc():
+    from primtrace.refs import special
+    assert special.gammainc is refs.igamma and special.gammaincc is refs.igammac
+
+
+FREXP_OUTS = {  # name: (mantissa out, exponent out)
+    "right": (torch.empty(3), torch.empty(3, dtype=torch.int32)),
+    "resized": (torch.empty(0), torch.empty(5, dtype=torch.int32)),
+    "int64 exponent": (torch.empty(3), torch.empty(3, dtype=torch.int64)),
+    "float64 mantissa": (torch.empty(3, dtype=torch.float64), torch.empty(3, dtype=torch.int32)),
+}
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("name", FREXP_OUTS)
+def test_frexp_out(name):
+    x = tensor([3.0, -0.375, 0.0], torch.float32)
+    outs = {who: tuple(t.clone() for t in FREXP_OUTS[name]) for who in ("eager", "ref")}
+    results = {}
+    for who, fn in (("eager", torch.frexp), ("ref", refs.frexp)):
+        try:
+            results[who] = fn(x, out=outs[who])
+        except RuntimeError as e:
+            results[who] = str(e)
+    if isinstance(results["eager"], str):
+        assert results["ref"] == results["eager"]
+        return
+    assert all(r is o for r, o in zip(results["ref"], outs["ref"]))
+    assert all(torch.equal(a, b) for a, b in zip(outs["ref"], outs["eager"]))

@@ -129,6 +129,7 @@ LAYOUT_CALLS = {
     "half(contiguous)": (lambda x: x.half(memory_format=CONTIGUOUS),
                          lambda x: refs.half(x, memory_format=CONTIGUOUS)),
     "int": (lambda x: x.int(), lambda x: refs.int(x)),
+    "chalf": (lambda x: x.chalf(), lambda x: refs.chalf(x)),
     "clone": (torch.clone, refs.clone),
     "clone(contiguous)": (lambda x: x.clone(memory_format=CONTIGUOUS),
                           lambda x: refs.clone(x, memory_format=CONTIGUOUS)),

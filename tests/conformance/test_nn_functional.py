@@ -9,6 +9,7 @@ variants are checked separately: they must write into the input exactly as eager
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -44,6 +45,31 @@ def points(extra=()):
 def spec(name, kwargs=({},), extra=(), out=False, **options):
     return OpSpec(name, getattr(RF, name), getattr(F, name), kwargs_variants=tuple(kwargs),
                   scalar_args=(0,), supports_out=out, extra_samples=points(extra), **options)
+
+
+def _prelu_samples(spec):
+    """Weights per channel (dim 1; dim 0 of a 1-d input) or one for all, across layouts; then
+    eager's refusals: dtypes that differ, a weight of the wrong size or rank, a number."""
+    for dtype in (*FLOAT_DTYPES, torch.int32, torch.complex64):
+        name = str(dtype).replace("torch.", "")
+        w3 = make_tensor((3,), dtype, seed=2, domain=(-2.0, 2.0))
+        x4 = make_tensor((2, 3, 4, 5), dtype, seed=1)
+        inputs = {"4-d": x4, "channels_last": x4.contiguous(memory_format=torch.channels_last),
+                  "transposed": make_tensor((5, 3), dtype, seed=3).t().contiguous().t(),
+                  "sliced": make_tensor((4, 6), dtype, seed=4)[:, ::2], "empty": make_tensor((0, 3), dtype)}
+        for desc, x in inputs.items():
+            yield SampleInput((x, w3), {}, f"{name} {desc}, 3 weights")
+            yield SampleInput((x, w3[:1]), {}, f"{name} {desc}, 1 weight")
+            yield SampleInput((x, w3[0]), {}, f"{name} {desc}, 0-dim weight")
+        points_tensor = torch.tensor(POINTS + (NAN, INF, -INF), dtype=torch.float64).to(dtype)
+        yield SampleInput((points_tensor, w3[:1]), {}, f"{name} points, 1-d")
+        yield SampleInput((points_tensor[3], w3[1]), {}, f"{name} 0-dim input and weight")
+        yield SampleInput((points_tensor[3], w3), {}, f"{name} 0-dim input, 3 weights")
+        yield SampleInput((points_tensor, w3), {}, f"{name} 1-d input, 3 weights")
+    x = make_tensor((2, 3, 4), torch.float32)
+    for weight in (make_tensor((3,), torch.float64), make_tensor((3,), torch.float16), make_tensor((2,), torch.float32),
+                   make_tensor((1, 3), torch.float32), make_tensor((1, 1), torch.float32), 0.5):
+        yield SampleInput((x, weight), {}, f"weight {getattr(weight, 'dtype', weight)} {list(getattr(weight, 'shape', ()))}")
 
 
 #: Number parameters eager refuses for some dtypes only: float32 overflow, float16
@@ -93,6 +119,7 @@ SPECS = [
     spec("softsign"),
     spec("tanh"),
     spec("sigmoid"),
+    OpSpec("prelu", RF.prelu, F.prelu, arity=2, supports_out=False, extra_samples=_prelu_samples),
 ]
 
 
@@ -282,3 +309,17 @@ def test_pass_rule_where_eager_is_nan():
     assert values_match(torch.tensor([INF, 1.0]), eager, reference) is None
     assert values_match(torch.tensor([5.0, 1.0]), eager, reference) is not None
     assert values_match(torch.tensor([-INF, 1.0]), eager, reference) is not None
+
+
+def test_prelu_of_a_0_dim_input_with_a_1_d_weight_is_left_to_torch():
+    """eager reshapes the weight to 0-dim; no prim reshapes, so the tracer leaves the call to
+    torch (and the ref says so)."""
+    import primtrace
+    x, w = torch.tensor(-2.0), torch.tensor([0.25])
+    with pytest.raises(NotImplementedError):
+        RF.prelu(x, w)
+    jfn = primtrace.jit(lambda x, w: F.prelu(x, w))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", primtrace.OpaqueOpWarning)
+        assert torch.equal(jfn(x, w), F.prelu(x, w))
+    assert [n.symbol.kind for n in primtrace.last_traces(jfn)[0].nodes] == ["opaque"]

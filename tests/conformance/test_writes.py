@@ -82,8 +82,6 @@ SPECS = [
     OpSpec("zero_", inplace(refs.zero_), inplace(method("zero_")), supports_out=False),
     OpSpec("fill", refs.fill, torch.fill, arity=2, scalar_args=(1,), supports_out=False,
            extra_samples=_fill_samples),
-    OpSpec("chalf", refs.chalf, method("chalf"), supports_out=False,
-           kwargs_variants=({}, {"memory_format": torch.contiguous_format})),
 ]
 
 
@@ -171,4 +169,62 @@ def test_copy_from_complex_warns_as_eager():
     with pytest.warns(UserWarning, match="Casting complex values to real discards the imaginary part"):
         got = refs.copy_(torch.zeros(2), z)
     assert got.tolist() == [1.0, 0.0]
-    assert refs.copy_(torch.zeros(2, dtype=torch.bool), z).tolist() == [True, True]  # z != 0
+    with pytest.warns(UserWarning, match="discards the imaginary part"):
+        assert refs.copy_(torch.zeros(2, dtype=torch.bool), z).tolist() == [True, True]  # z != 0
+
+
+# --- copy_ fuses into the kernel that computes the value it writes ------------------------------
+def adamw_copy(params, grads, exp_avgs, exp_avg_sqs, lr, beta1, beta2, eps, weight_decay, step):
+    """AdamW written with copy_: each new value is computed, then written over the old."""
+    bias_correction1, bias_correction2 = 1 - beta1 ** step, 1 - beta2 ** step
+    for p, g, m, v in zip(params, grads, exp_avgs, exp_avg_sqs):
+        m.copy_(beta1 * m + (1 - beta1) * g)
+        v.copy_(beta2 * v + (1 - beta2) * g * g)
+        p.copy_(p * (1 - lr * weight_decay)
+                - lr / bias_correction1 * m / ((v / bias_correction2).sqrt() + eps))
+
+
+def _fused_nodes(jfn):
+    """(fused regions, the other tensor nodes) of jfn's execution trace."""
+    nodes = primtrace.last_trace(jfn).nodes
+    fused = [n for n in nodes if n.symbol.name.startswith("numba_fusion")]
+    others = [n.symbol.name for n in nodes if n not in fused and "number" not in n.symbol.tags]
+    return fused, others
+
+
+def test_adamw_written_with_copy_is_one_kernel_per_parameter():
+    g = torch.Generator().manual_seed(0)
+    shapes = [(33,), (4, 5)]   # two shapes: one region each (same-shape updates may share one)
+    state = [[torch.randn(s, generator=g).abs() for s in shapes] for _ in range(4)]
+    hyper = dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=1e-2, step=3)
+    ours, theirs = [[t.clone() for t in ts] for ts in state], [[t.clone() for t in ts] for ts in state]
+    jfn = primtrace.jit(adamw_copy)
+    with torch.no_grad():
+        assert jfn(*ours, **hyper) is None
+        adamw_copy(*theirs, **hyper)
+    for a, b in zip(sum(ours, []), sum(theirs, [])):
+        assert torch.equal(a, b)
+    fused, others = _fused_nodes(jfn)
+    assert len(fused) == len(shapes) and others == []
+    written = [line for line in primtrace.kernel_source(jfn).splitlines() if "written in place" in line]
+    assert len(written) == 3 * len(shapes)   # p, m and v of each parameter, stored by its kernel
+
+
+@pytest.mark.parametrize("dst_dtype, src", [
+    (torch.float16, torch.linspace(-70000, 70000, 12, dtype=torch.float64).reshape(3, 4)),
+    (torch.int32, torch.tensor([[2.7, -2.7, 0.0, 1e3]], dtype=torch.float32)),
+    (torch.bool, torch.tensor([0.0, -0.0, NAN, 0.5], dtype=torch.bfloat16)),
+    (torch.float32, torch.tensor(2.5, dtype=torch.float64)),
+    (torch.int8, 300),
+])
+def test_fused_copy_casts_and_broadcasts_as_eager(dst_dtype, src):
+    """The store into self converts and broadcasts inside the kernel."""
+    def f(x, y):
+        return x.copy_((y * 1) if isinstance(y, torch.Tensor) else y)
+    ours, theirs = torch.zeros(3, 4, dtype=dst_dtype), torch.zeros(3, 4, dtype=dst_dtype)
+    jfn = primtrace.jit(f, executors=[NumbaFusionExecutor()])
+    jfn(ours, src)
+    f(theirs, src)
+    assert torch.equal(ours, theirs)
+    fused, others = _fused_nodes(jfn)
+    assert len(fused) == 1 and "copy_to" not in others

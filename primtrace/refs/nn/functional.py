@@ -24,7 +24,7 @@ __all__ = [
     "relu", "relu6", "hardtanh", "leaky_relu", "rrelu", "threshold",
     "elu", "selu", "celu", "gelu", "silu", "mish", "softplus", "logsigmoid",
     "hardsigmoid", "hardswish", "softshrink", "hardshrink", "tanhshrink", "softsign",
-    "tanh", "sigmoid",
+    "tanh", "sigmoid", "prelu",
     "relu_", "elu_", "leaky_relu_", "hardtanh_", "threshold_", "rrelu_", "celu_", "selu_",
 ]
 
@@ -300,6 +300,53 @@ def tanh(input):
 def sigmoid(input):
     """input.sigmoid()."""
     return prims.sigmoid(input)
+
+
+# --- prelu: a learned slope per channel --------------------------------------------------------
+def _prelu_slope(input, weight):
+    """Eager's checks, in its order; then weight along input's channel dimension (dim 1;
+    dim 0 of a 1-d input), or a 0-dim weight as is."""
+    for position, (pname, x) in enumerate((("input", input), ("weight", weight))):
+        if not is_tensor(x):
+            raise TypeError(f"prelu(): argument '{pname}' (position {position + 1}) must be "
+                            f"Tensor, not {type_name(x)}")
+    if input.dtype != weight.dtype:
+        raise RuntimeError(f"prelu: Type promoting not supported. Got "
+                           f"{torch_dtype_name(input.dtype)} and {torch_dtype_name(weight.dtype)}")
+    if weight.numel() != 1:
+        if input.ndim == 0:
+            raise RuntimeError("Not allow zero-dim input tensor.")
+        channels = input.shape[1] if input.ndim > 1 else 1
+        if weight.numel() != channels:
+            raise RuntimeError(f"Mismatch of parameter numbers and input channel size. Found "
+                               f"parameter numbers = {weight.numel()} and channel size = {channels}.")
+    if weight.ndim > 1:
+        raise RuntimeError(f"prelu: Expected `weight` to be a scalar or 1D tensor, but got: "
+                           f"ndim = {weight.ndim}")
+    dispatch("prelu_cpu", FLOATS)(input.dtype)
+    if weight.ndim == 0:
+        return weight
+    if input.ndim == 0:
+        raise NotImplementedError("primtrace: prelu of a 0-dim input with a 1-d weight needs the "
+                                  "weight as a 0-dim tensor, which no prim makes; torch makes it")
+    return prims.broadcast_in_dim(weight, tuple(input.shape), (1 if input.ndim > 1 else 0,))
+
+
+@ref(module=MODULE)
+def prelu(input, weight):
+    """x where x > 0, else weight * x, with one weight per channel (dim 1 of input); input
+    and weight must share a float dtype (no promotion)."""
+    slope = _prelu_slope(input, weight)
+    dtype = dtypes.opmath(input.dtype)
+    x, slope = maybe_convert(input, dtype), maybe_convert(slope, dtype)
+    return maybe_convert(prims.where(prims.gt(x, 0), x, prims.mul(slope, x)), input.dtype)
+
+
+def _prelu_declines(input, weight) -> bool:
+    return is_tensor(input) and is_tensor(weight) and input.ndim == 0 and weight.ndim == 1
+
+
+prelu.declines = _prelu_declines
 
 
 # --- the in-place functions of torch.nn.functional --------------------------------------------
