@@ -18,12 +18,12 @@ from primtrace.tracer import DataDependentError, OpaqueOpWarning, TracingError
 
 
 def __getattr__(name):
-    """``primtrace.refs`` and ``primtrace.prims`` load on first use (importing primtrace stays
-    light, and a ref being edited cannot break ``import primtrace``)."""
+    """``primtrace.refs``, ``primtrace.prims`` and ``primtrace.dynamo`` load on first use
+    (importing primtrace stays light, and a ref being edited cannot break ``import primtrace``)."""
     if name == "dynamo_backend":
         from primtrace.dynamo import dynamo_backend
         return dynamo_backend
-    if name in ("refs", "prims"):
+    if name in ("refs", "prims", "dynamo"):
         import importlib
         return importlib.import_module(f"primtrace.{name}")
     raise AttributeError(f"module 'primtrace' has no attribute {name!r}")

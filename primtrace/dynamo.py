@@ -4,8 +4,9 @@
     torch.compile(model, backend="primtrace")   # by name: the package's entry point, or
                                                 # primtrace.dynamo.register() once
     torch.compile(model, backend="primtrace", options={"executors": [...], "cache_size": 8})
-    primtrace.dynamo.dynamo_backend.last_traces()  # traces of the graph that ran last
-    primtrace.dynamo.dynamo_backend.graphs()       # every live compiled graph (CompiledGraph)
+    primtrace.dynamo.last_traces()   # the 4 traces of the graph that ran last (as last_traces(jfn))
+    primtrace.dynamo.last_trace()    # its execution trace
+    primtrace.dynamo.graphs()        # every live compiled graph (CompiledGraph), oldest first
 
 How: each FX graph is handed, whole, to ``primtrace.jit``. Its ops then run on proxies
 like any user code: ops with a ref (``torch.add``, ``operator.mul``, ``F.gelu``, Tensor
@@ -272,6 +273,26 @@ class DynamoBackend:
 dynamo_backend = DynamoBackend()
 
 
+# --- the traces, as primtrace.last_traces(jfn) gives them for jit -------------------------------
+def last_traces() -> list:
+    """Acquisition, prims, optimized and execution traces of the graph that ran last through
+    ``torch.compile(..., backend="primtrace")`` (its last compile; a model with graph breaks
+    has one graph per piece: see :func:`graphs`). RuntimeError if none has run, or if that
+    graph has only run in eager torch (the message says why)."""
+    return dynamo_backend.last_traces()
+
+
+def last_trace():
+    """The execution trace of the graph that ran last (what its cached calls run)."""
+    return last_traces()[-1]
+
+
+def graphs() -> list[CompiledGraph]:
+    """Every compiled graph still in use, oldest first: ``.name``, ``.last_traces()``,
+    ``.fallback_reason``, ``.graph_module`` (Dynamo's FX graph) and ``.jit``."""
+    return dynamo_backend.graphs()
+
+
 def register(name: str = NAME) -> None:
     """Make ``torch.compile(model, backend=name)`` work in this process (idempotent).
 
@@ -287,4 +308,5 @@ def register(name: str = NAME) -> None:
     torch._dynamo.register_backend(dynamo_backend, name=name)
 
 
-__all__ = ["dynamo_backend", "register", "prepare", "CompiledGraph", "DynamoBackend", "NAME"]
+__all__ = ["dynamo_backend", "register", "last_traces", "last_trace", "graphs", "prepare",
+           "CompiledGraph", "DynamoBackend", "NAME"]

@@ -93,6 +93,29 @@ def test_exported_from_the_package():
     assert primtrace.dynamo_backend is dynamo_backend
 
 
+def test_traces_are_public_like_jits():
+    with pytest.raises(RuntimeError, match="has run yet"):
+        primtrace.dynamo.last_traces()              # nothing since torch._dynamo.reset()
+    model, x = block(2), inputs(3, 8)
+    with torch.no_grad():
+        torch.compile(model, backend="primtrace")(x)
+    traces = primtrace.dynamo.last_traces()
+    (graph,) = primtrace.dynamo.graphs()
+    assert len(traces) == 4 and all(a is b for a, b in zip(traces, primtrace.last_traces(graph.jit)))
+    assert primtrace.dynamo.last_trace() is traces[-1] and graph.fallback_reason is None
+    assert "# acquisition trace" in str(traces[0]) and "# execution trace" in str(traces[-1])
+
+
+def test_dynamo_module_is_reachable_from_import_primtrace_without_importing_dynamo():
+    import subprocess
+    import sys
+    code = ("import sys, primtrace; print(primtrace.dynamo.graphs(), "
+            "'torch._dynamo' in sys.modules, 'primtrace.dynamo' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["[]", "False", "True"]
+
+
 def fused(trace):
     return [n for n in trace.nodes if n.symbol.kind == "fused"]
 
