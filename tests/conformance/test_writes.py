@@ -228,3 +228,20 @@ def test_fused_copy_casts_and_broadcasts_as_eager(dst_dtype, src):
     assert torch.equal(ours, theirs)
     fused, others = _fused_nodes(jfn)
     assert len(fused) == 1 and "copy_to" not in others
+
+
+def test_no_elementwise_inplace_method_is_opaque():
+    """scripts/list_inplace_methods.py: every in-place Tensor method not filed under a kind
+    that is not elementwise (random, indexing, reductions, ...) traces into refs."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[2] / "scripts" / "list_inplace_methods.py"
+    module_spec = importlib.util.spec_from_file_location("list_inplace_methods", path)
+    script = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(script)
+    rows = script.classify()
+    missing = [name for name, ref, kind in rows if ref is None and kind == script.ELEMENTWISE]
+    assert missing == []
+    traced = {name: ref for name, ref, _ in rows if ref is not None}
+    assert traced["copy_"] == "refs.copy_" and traced["fill_"] == "refs.fill_"
+    assert traced["zero_"] == "refs.zero_" and traced["igamma_"] == "refs.igamma_"
