@@ -2,10 +2,19 @@
 
 The update is the same arithmetic torch.optim.AdamW performs (single-tensor path); under
 primtrace.jit each parameter's update becomes one fused kernel that writes the parameter
-and both moment buffers in place. The script checks that the loss curve matches
-torch.optim.AdamW and prints the speedup of the update step.
+and both moment buffers in place. The script trains the same MLP with both optimizers,
+checks that every update step matches torch.optim.AdamW's on the same state to float32
+rounding, and prints the speedup of the update step.
 
-Run: python examples/fused_adamw.py [--steps 300] [--width 256]
+Why the check is per step and not on the loss curves: the fused kernel matches eager to
+an ulp, not bitwise (torch's CPU ``lerp`` uses a fused multiply-add; the ref rounds the
+product and the sum separately), and training amplifies such differences. Here the two
+loss curves end up 0.4% apart at some step, while torch.optim.AdamW itself, started from
+weights that differ by one ulp in one element, moves 0.2%; at 300 steps and width 256,
+where the loss reaches 1e-5 and Adam's loss spikes begin, that 1-ulp change moves it 11x.
+So both trainings must converge, and each step must match to rounding.
+
+Run: python examples/fused_adamw.py [--steps 200] [--width 128]
 """
 import argparse
 import copy
@@ -70,6 +79,37 @@ def train(model, optimizer, x, y, steps):
     return losses
 
 
+def train_checking_each_step(model, update, x, y, steps, lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
+                             weight_decay=1e-2):
+    """Train with torch.optim.AdamW; before each of its steps, run `update` on copies of the
+    same parameters, gradients and moments. Returns the largest difference of the two
+    steps' results (parameters, both moments), relative to the tensor's largest magnitude
+    before or after the step (moments cancel: a result near 0 has no relative accuracy)."""
+    params = list(model.parameters())
+    reference = torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                                  foreach=False)
+    worst = 0.0
+    for step in range(1, steps + 1):
+        reference.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        state = [reference.state[p] for p in params]
+        ps = [p.detach().clone() for p in params]
+        ms = [s["exp_avg"].clone() if s else torch.zeros_like(p) for s, p in zip(state, params)]
+        vs = [s["exp_avg_sq"].clone() if s else torch.zeros_like(p) for s, p in zip(state, params)]
+        scales = [[t.abs().max() for t in ts] for ts in (ps, ms, vs)]
+        with torch.no_grad():
+            update(ps, [p.grad for p in params], ms, vs, lr, betas[0], betas[1], eps, weight_decay,
+                   1 - betas[0] ** step, (1 - betas[1] ** step) ** 0.5)
+        reference.step()
+        expected = (params, [reference.state[p]["exp_avg"] for p in params],
+                    [reference.state[p]["exp_avg_sq"] for p in params])
+        for ours, theirs, before in zip((ps, ms, vs), expected, scales):
+            for a, b, scale in zip(ours, theirs, before):
+                scale = torch.maximum(scale, b.abs().max()).clamp_min(1e-30)
+                worst = max(worst, ((a - b).abs().max() / scale).item())
+    return worst
+
+
 def time_update(optimizer, repeats=20):
     for p in optimizer.params if hasattr(optimizer, "params") else [
             p for group in optimizer.param_groups for p in group["params"]]:
@@ -81,22 +121,24 @@ def time_update(optimizer, repeats=20):
     return (time.perf_counter() - start) / repeats
 
 
-def main(steps=300, width=256):
+def main(steps=200, width=128):
     torch.manual_seed(0)
     x, y = make_data()
     reference = torch.nn.Sequential(torch.nn.Linear(16, width), torch.nn.GELU(),
                                     torch.nn.Linear(width, width), torch.nn.GELU(),
                                     torch.nn.Linear(width, 1))
-    model = copy.deepcopy(reference)
+    model, checked = copy.deepcopy(reference), copy.deepcopy(reference)
     ref_losses = train(reference, torch.optim.AdamW(reference.parameters(), lr=1e-3, foreach=False), x, y, steps)
     ours = JitAdamW(model.parameters(), lr=1e-3)
     our_losses = train(model, ours, x, y, steps)
+    print(f"loss: first {ref_losses[0]:.5f}, last {ref_losses[-1]:.2e} (torch.optim.AdamW) "
+          f"vs {our_losses[-1]:.2e} (primtrace) after {steps} steps")
+    assert max(ref_losses[-1], our_losses[-1]) < 0.1 * ref_losses[0], "training did not converge"
 
-    max_rel = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(our_losses, ref_losses))
-    print(f"loss: first {ref_losses[0]:.5f}, last {ref_losses[-1]:.5f} (torch.optim.AdamW) "
-          f"vs {our_losses[-1]:.5f} (primtrace); max relative difference over {steps} steps: {max_rel:.2e}")
-    assert our_losses[-1] < 0.5 * ref_losses[0], "training did not converge"
-    assert max_rel < 1e-3, "loss curve differs from torch.optim.AdamW"
+    step_error = train_checking_each_step(checked, primtrace.jit(adamw_update), x, y, steps)
+    print(f"one update step vs torch.optim.AdamW on the same state, max relative difference "
+          f"over {steps} steps: {step_error:.2e}")
+    assert step_error < 1e-6, "an update step differs from torch.optim.AdamW"
 
     params = [p for p in model.parameters()]
     eager = torch.optim.AdamW(params, lr=1e-3, foreach=False)
@@ -108,12 +150,12 @@ def main(steps=300, width=256):
     regions = [n.symbol.name for n in primtrace.last_trace(ours.update).nodes if n.symbol.kind == "fused"]
     info = primtrace.cache_info(ours.update)
     print(f"fused regions in the update: {len(regions)}; compiles: {info.misses}, cached calls: {info.hits}")
-    return max_rel, regions
+    return step_error, regions
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--width", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--width", type=int, default=128)
     args = parser.parse_args()
     main(args.steps, args.width)
