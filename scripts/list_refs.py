@@ -4,8 +4,9 @@
 The refs are discovered, not listed: every public ref-level Symbol of ``primtrace.refs``,
 ``primtrace.refs.special`` and ``primtrace.refs.nn.functional``. The prims a ref uses are
 found by tracing it on float32 proxies (one per tensor argument; float64, int64, bool or complex64
-where the ref refuses float32); where no call of the generic signature traces, the entry
-says n/a.
+where the ref refuses float32); the few refs whose arguments no generic guess fits (a bool
+mask, a size) are traced on the arguments of ``EXAMPLES``; where no call traces, the entry
+says n/a. tests/conformance/test_docs.py checks that docs/refs.md is this script's output.
 
     python scripts/list_refs.py > docs/refs.md      (or: --output docs/refs.md)
 """
@@ -17,10 +18,13 @@ import inspect
 import itertools
 import sys
 import warnings
+from typing import NamedTuple
 
 import torch
 
 from primtrace.ir import Symbol, TensorSpec, Trace, tracing
+from primtrace.ir.proxy import contiguous_strides
+from primtrace.ir.trace import proxies_in
 from primtrace.executors.numba import NumbaFusionExecutor
 
 FUSION = NumbaFusionExecutor()
@@ -34,6 +38,25 @@ MODULES = (  # (ref module, its torch namespaces, most specific first)
 NUMBER_GUESSES = (1, 0.5)
 #: Proxy dtypes, in order: float32 first; the others for refs that refuse it.
 DTYPES = (torch.float32, torch.float64, torch.int64, torch.bool, torch.complex64)
+
+
+class T(NamedTuple):
+    """A proxy argument of `shape` (dtype None: the dtype being tried)."""
+    shape: tuple
+    dtype: torch.dtype | None = None
+
+
+#: Positional arguments for the refs no generic guess fits (a bool mask, one weight per
+#: channel, a size): numbers and literals as given, T(...) for proxies.
+EXAMPLES = {
+    "masked_fill": [T((2, 3)), T((2, 3), torch.bool), 0.5],
+    "masked_fill_": [T((2, 3)), T((2, 3), torch.bool), 0.5],
+    "prelu": [T((2, 3)), T((3,))],
+    "full": [(2, 3), 0.5], "zeros": [(2, 3)], "ones": [(2, 3)], "empty": [(2, 3)],
+    "new_full": [T((2, 3)), (2, 3), 0.5], "new_zeros": [T((2, 3)), (2, 3)],
+    "new_ones": [T((2, 3)), (2, 3)], "new_empty": [T((2, 3)), (2, 3)],
+    "scalar_tensor": [0.5], "arange": [5],
+}
 
 
 def public_refs(module):
@@ -65,9 +88,13 @@ def _resolve(dotted):
     return obj
 
 
-def _calls(sym):
-    """Argument lists to try: tensors where the ref promotes (or for every required
-    parameter), then numbers for the required parameters that are not tensors."""
+def _calls(sym, name):
+    """Argument lists to try: the example if there is one; else tensors where the ref
+    promotes (or for every required parameter), then numbers for the required parameters
+    that are not tensors."""
+    if name in EXAMPLES:
+        yield [(None, False, value) for value in EXAMPLES[name]]
+        return
     try:
         signature = inspect.signature(sym)
     except (TypeError, ValueError):
@@ -99,11 +126,11 @@ def _calls(sym):
                 yield call + [(None, False, "tensor")] * n
 
 
-def prims_of(sym):
+def prims_of(sym, name):
     """(leaf names the ref records on proxies, the leaves the Numba executor cannot fuse,
     the proxies' dtype), or (None, None, None)."""
     for dtype in DTYPES:
-        for call in _calls(sym):
+        for call in _calls(sym, name):
             used = _trace(sym, call, dtype)
             if used is not None:
                 return (*used, dtype)
@@ -115,12 +142,17 @@ def _trace(sym, call, dtype):
     trace = Trace(sym.name)
     args, kwargs = [], {}
     for name, keyword, value in call:
-        if value == "tensor":
-            value = trace.tensor(TensorSpec((2, 3), dtype, torch.device("cpu"), (3, 1)))
+        if isinstance(value, str) and value == "tensor":
+            value = T((2, 3))
+        if isinstance(value, T):
+            shape = value.shape
+            value = trace.tensor(TensorSpec(shape, value.dtype or dtype, torch.device("cpu"),
+                                            contiguous_strides(shape)))
         if keyword:
             kwargs[name] = value
         else:
             args.append(value)
+    trace.record_constants = not proxies_in((args, kwargs))  # a factory: record its prims
     try:
         with warnings.catch_warnings(), tracing(trace):
             warnings.simplefilter("ignore")
@@ -161,7 +193,7 @@ def render() -> str:
             label = f"`{name}`" + (f" (alias of `{sym.name}`)" if sym.name != name else "")
             counterpart = torch_counterpart(name, namespaces)
             kind = getattr(sym, "type_promotion_kind", None)
-            used, unfused, dtype = prims_of(sym)
+            used, unfused, dtype = prims_of(sym, name)
             if used is None:
                 prims_cell = fused_cell = "n/a"
             else:
