@@ -32,7 +32,6 @@ NOT_ELEMENTWISE = {
                          "scatter_add_", "scatter_reduce_"),
     "reduction/scan": ("cumprod_", "cumsum_", "logcumsumexp_", "renorm_"),
     "linear algebra": ("addbmm_", "addmm_", "addmv_", "addr_", "baddbmm_"),
-    "position mask": ("tril_", "triu_"),
     "view/metadata": ("as_strided_", "detach_", "requires_grad_", "resize_", "resize_as_",
                       "resize_as_sparse_", "set_", "share_memory_", "sparse_resize_",
                       "sparse_resize_and_clear_", "squeeze_", "swapaxes_", "swapdims_", "t_",

@@ -1,5 +1,5 @@
 """Refs with three operands or a selection: lerp, addcmul, addcdiv, clamp (and its one-bound
-forms), where, masked_fill.
+forms), where, masked_fill, and tril/triu (a selection by position).
 
 Python numbers in these ops are not wrapped tensors as in add: eager converts them to the
 op's dtype with c10's checked conversion, so an out-of-range number is an error
@@ -12,16 +12,19 @@ import functools
 import torch
 
 from primtrace import dtypes, prims
+from primtrace.ir.proxy import contiguous_strides
 from primtrace.prims.meta import torch_dtype_name
 from primtrace.refs.binary_checks import (check_fits, check_out_dtype, checked, exact_add, exact_sub,
-                                          type_meta_name, without_complex32)
+                                          python_zero, type_meta_name, without_complex32)
 from primtrace.refs.core import (broadcast, broadcast_shapes, elementwise, inplace_variant,
                                  is_number, is_tensor, maybe_convert, ref, to_tensor)
+from primtrace.refs.creation import as_nodes, filled
+from primtrace.refs.out import copy_to_out
 from primtrace.refs.promotion import DEFAULT, NO_OPMATH, result_type
 
 __all__ = ["lerp", "addcmul", "addcdiv", "clamp", "clip", "clamp_min", "clamp_max", "where",
            "masked_fill", "lerp_", "addcmul_", "addcdiv_", "clamp_", "clip_", "clamp_min_",
-           "clamp_max_", "masked_fill_"]
+           "clamp_max_", "masked_fill_", "tril", "triu", "tril_", "triu_"]
 
 
 def _require_tensors(op_name, **named):
@@ -247,7 +250,44 @@ def masked_fill(input, mask, value):
     return prims.where(broadcast(mask, shape), fill, broadcast(input, shape))
 
 
+# --- tril, triu: where by position -------------------------------------------------------------
+def _triangle(name, lower):
+    def body(input, diagonal=0, *, out=None):
+        _require_tensors(name, input=input)
+        if input.ndim < 2:
+            raise RuntimeError(f"{name}: input tensor must have at least 2 dimensions")
+        if getattr(diagonal, "python_type", type(diagonal)) is not int:
+            raise TypeError(f"{name}(): argument 'diagonal' (position 2) must be int, not "
+                            f"{type(diagonal).__name__}")
+        if out is not None and out.dtype != input.dtype:
+            raise RuntimeError(f"Expected out tensor to have dtype {type_meta_name(input.dtype)}, "
+                               f"but got {type_meta_name(out.dtype)} instead")
+        shape, (rows, cols), device = tuple(input.shape), input.shape[-2:], input.device
+        with as_nodes():  # made on every call, not trace-time constants
+            row = prims.broadcast_in_dim(prims.iota(rows, start=0, step=1, dtype=torch.int64,
+                                                    device=device), (rows, cols), (0,))
+            col = prims.broadcast_in_dim(prims.iota(cols, start=0, step=1, dtype=torch.int64,
+                                                    device=device), (rows, cols), (1,))
+        offset = prims.sub(col, row)
+        keep = prims.le(offset, diagonal) if lower else prims.ge(offset, diagonal)
+        keep = prims.broadcast_in_dim(keep, shape, (len(shape) - 2, len(shape) - 1))
+        zero = python_zero(input.dtype)
+        result = prims.where(keep, input, zero)
+        if out is not None:
+            return copy_to_out(out, result, (input,))
+        if tuple(result.stride()) != contiguous_strides(shape):  # eager's result is contiguous
+            result = prims.copy_to(filled(shape, zero, input.dtype, device), result)
+        return result
+    body.__name__ = body.__qualname__ = name
+    body.__doc__ = (f"input with the elements {'above' if lower else 'below'} the diagonal-th "
+                    f"diagonal of its last two dimensions set to 0 (a contiguous result).")
+    return ref(body)
+
+
+tril, triu = _triangle("tril", lower=True), _triangle("triu", lower=False)
+
 lerp_, addcmul_, addcdiv_ = inplace_variant(lerp), inplace_variant(addcmul), inplace_variant(addcdiv)
 clamp_, clamp_min_, clamp_max_ = inplace_variant(clamp), inplace_variant(clamp_min), inplace_variant(clamp_max)
 clip_ = clamp_
 masked_fill_ = inplace_variant(masked_fill)
+tril_, triu_ = inplace_variant(tril), inplace_variant(triu)

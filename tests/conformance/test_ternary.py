@@ -10,6 +10,7 @@ import torch
 
 from primtrace import refs
 from tests.conformance.binary_helpers import inplace_spec, random, run_out_for, sample, tensor
+from tests.conformance.creation_helpers import LAYOUT_INPUTS, check_layouts
 from tests.conformance.harness import ALL_DTYPES, FLOAT_DTYPES, OpSpec, run_conformance
 
 INF, NAN = math.inf, math.nan
@@ -105,6 +106,17 @@ def _masked_fill_samples(spec):
     yield sample(f32, tensor([True, False, True], torch.bool), 2, desc="mask shape mismatch")
 
 
+def _triangle_samples(spec):
+    """Batched, permuted and channels_last inputs, diagonals off either edge, bad diagonals."""
+    x4 = random((2, 3, 4, 5), torch.float32)
+    for x in (x4, x4.contiguous(memory_format=torch.channels_last), random((4, 2, 3), torch.int8).permute(1, 2, 0),
+              random((3, 3), torch.complex64), random((2, 5), torch.bool), random((5, 0), torch.float16)):
+        for diagonal in (-5, -1, 0, 1, 4, 2**62):
+            yield sample(x, diagonal, desc=f"{list(x.shape)} {x.dtype} diagonal={diagonal}")
+    yield sample(x4, 1.5, desc="float diagonal")
+    yield sample(random((4,), torch.float32), 0, desc="1-d input")
+
+
 SPECS = [
     OpSpec("lerp", refs.lerp, torch.lerp, arity=3, scalar_args=(2,), extra_samples=_lerp_samples),
     OpSpec("addcmul", refs.addcmul, torch.addcmul, arity=3,
@@ -122,6 +134,9 @@ SPECS = [
            # not mixed_dtypes: a 0-dim value tensor of another dtype is read with .item() and
            # eager's overflow error then depends on its value, which a ref cannot read
            mixed_dtypes=False),
+    OpSpec("tril", refs.tril, torch.tril, kwargs_variants=({}, {"diagonal": -1}),
+           extra_samples=_triangle_samples),
+    OpSpec("triu", refs.triu, torch.triu, kwargs_variants=({}, {"diagonal": 2})),
 ]
 _BY_NAME = {s.name: s for s in SPECS}
 
@@ -135,6 +150,9 @@ INPLACE_SPECS = [
     inplace_spec(_BY_NAME["clamp_max"], refs.clamp_max_, "clamp_max_"),
     inplace_spec(_BY_NAME["masked_fill"], refs.masked_fill_, "masked_fill_",
                  extra_samples=_masked_fill_samples),
+    *(inplace_spec(_BY_NAME[name], getattr(refs, name + "_"), name + "_",
+                   dtypes=(torch.bool, torch.int8, torch.float16, torch.complex64))
+      for name in ("tril", "triu")),
 ]
 
 
@@ -159,3 +177,14 @@ def test_clamp_one_bound_is_clamp_min_or_max():
     for lo, hi in ((2.5, None), (None, torch.tensor(4.5, dtype=torch.float64)), (3, 7)):
         got, expected = refs.clamp(x, lo, hi), torch.clamp(x, lo, hi)
         assert got.dtype == expected.dtype and torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("name", ["tril", "triu"])
+@pytest.mark.parametrize("input_layout", [k for k in LAYOUT_INPUTS if k != "0-dim"])
+def test_triangle_results_are_contiguous_as_eager(name, input_layout):
+    import primtrace
+    eager_fn = getattr(torch, name)
+    x = LAYOUT_INPUTS[input_layout]()
+    fused = input_layout in ("transposed", "permuted 3-d")  # a Numba kernel compile each
+    jfn = primtrace.jit(eager_fn, executors=None if fused else [primtrace.TORCH])
+    assert check_layouts(eager_fn, getattr(refs, name), jfn, x) is None
