@@ -93,7 +93,9 @@ class CudaBackend(Backend):
 
 
 def _bf16_bits(value: str) -> str:
-    """float32 -> bfloat16 bits, round to nearest even, NaN -> 0x7FC0 (as c10 does)."""
+    """float32 -> bfloat16 bits, round to nearest even, NaN -> 0x7FC0 (as c10 does).
+    `value` may be any expression (a conditional one too): it is parenthesized."""
+    value = f"({value})"
     u = f"(int64(cl.float_as_int({value})) & 0xFFFFFFFF)"
     return f"(0x7FC0 if {value} != {value} else (({u} + 0x7FFF + (({u} >> 16) & 1)) >> 16))"
 

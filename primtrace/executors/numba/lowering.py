@@ -174,9 +174,10 @@ def _compare(op):
 def _int_div(em, d, a, b):
     divisor = em.temp(f"{b} if {b} != 0 else {const(d, 1)}")
     em.flag_zero_division(b)
-    # C truncation from Python's floor division; x // -1 is negation (no INT_MIN trap)
+    # C truncation from Python's floor division; x // -1 is negation, wrapping (INT_MIN
+    # stays INT_MIN, as eager gives) instead of trapping
     q = em.temp(f"-{a} if {divisor} == -1 else {a} // {divisor}")
-    return cast(d, f"{q} + 1 if ({q} < 0 and {q} * {divisor} != {a}) else {q}")
+    return cast(d, f"{q} if {divisor} == -1 else ({q} + 1 if ({q} < 0 and {q} * {divisor} != {a}) else {q})")
 
 
 def _int_remainder(em, d, a, b):
@@ -207,6 +208,32 @@ def _shift_right(em, d, a, b):
     return cast(d, f"(-1 if {a} < 0 else 0) if ({b} < 0 or {b} >= {bits}) else int64({a}) >> int64({b})")
 
 
+def _c_int(d) -> str:
+    """The type C computes `d` arithmetic in (integer promotion): where eager's products wrap."""
+    return "int64" if DTYPES[d].bits > 32 else "int32"
+
+
+def _gcd(em, d, a, b):
+    """eager's calc_gcd: Euclid on abs() taken in the dtype's own width, so abs(INT_MIN)
+    stays negative and a gcd with INT_MIN can be negative, as eager's is."""
+    fn = em.backend.int_helper("gcd_int")
+    if fn is None:
+        return None
+    return cast(d, f"{fn}({cast(d, f'abs({a})')}, {cast(d, f'abs({b})')})")
+
+
+def _lcm(em, d, a, b):
+    """eager's abs(a / gcd * b), the product wrapping in C's promoted type before abs
+    (a / gcd is exact; a gcd of -1 negates without trapping on INT_MIN)."""
+    g = _gcd(em, d, a, b)
+    if g is None:
+        return None
+    g = em.temp(g)
+    q = em.temp(f"int64(0) - int64({a}) if {g} == -1 else int64({a}) // int64({g} if {g} != 0 else 1)")
+    c = _c_int(d)
+    return cast(d, f"0 if {g} == 0 else abs({c}({q} * int64({b})))")
+
+
 def _int_helper(name):
     def lower(em, d, a, b):
         fn = em.backend.int_helper(name)
@@ -218,45 +245,57 @@ def _lib(fn):
     return lambda em, d, *args: em.backend.lib(fn, d, list(args))
 
 
+#: exponents torch.pow(tensor, number) special-cases, per dtype (pow_tensor_scalar_kernel:
+#: sqrt, rsqrt and reciprocal kernels, then x*x, x*x*x, 1/(x*x) for float32/64); float16
+#: always calls std::pow (so pow(-0.0, 0.5) is +0.0 there, -0.0 through sqrt)
+POW_SPECIAL = {torch.float32: (0.5, -0.5, -1.0, 2.0, 3.0, -2.0),
+               torch.float64: (0.5, -0.5, -1.0, 2.0, 3.0, -2.0),
+               torch.bfloat16: (0.5, -0.5, -1.0)}
+
+
 def _pow_scalar(em, d, a, b):
-    """pow with a loop-invariant exponent, as torch.pow(tensor, scalar): sqrt, rsqrt,
-    reciprocal and small integer powers are special-cased (their NaN/inf/-0.0 results and
-    roundings differ from pow's)."""
+    """pow with a loop-invariant exponent, as torch.pow(tensor, scalar): the exponents of
+    POW_SPECIAL take their special kernels (whose NaN/inf/-0.0 results and roundings
+    differ from pow's)."""
     pow_ = em.backend.lib("pow", d, [a, b])
     sqrt = em.backend.lib("sqrt", d, [a])
     if pow_ is None or sqrt is None:
         return None
     one = const(d, 1)
-    cases = [(0.5, sqrt), (-0.5, f"{one} / {sqrt}"), (-1.0, f"{one} / {a}")]
-    if DTYPES[d].kind == "f":
-        cases += [(2.0, f"{a} * {a}"), (3.0, f"{a} * {a} * {a}"), (-2.0, f"{one} / ({a} * {a})")]
+    special = {0.5: sqrt, -0.5: UNARY[("rsqrt", "f")](em, d, a), -1.0: f"{one} / {a}",
+               2.0: f"{a} * {a}", 3.0: f"{a} * {a} * {a}", -2.0: f"{one} / ({a} * {a})"}
     expr = pow_
-    for value, special in reversed(cases):
-        expr = f"({special} if {b} == {const(d, value)} else {expr})"
+    for value in reversed(POW_SPECIAL.get(d, ())):
+        expr = f"({special[value]} if {b} == {const(d, value)} else {expr})"
     return expr
 
 
+# Float min/max: NaN-propagating (maximum, minimum) or NaN-ignoring (fmax, fmin); a tie
+# (+0 vs -0) gives the first operand, as eager's std::max/std::min and glibc's fmax do, so
+# that clamp(x, min, max) = minimum(maximum(x, min), max) keeps x's zero as eager's clamp does.
+# Only the first operand is tested for NaN: the bound of a clamp is loop-invariant, and a
+# NaN test of it lets NVVM unswitch the loop into a copy that skips the loads feeding x.
 def _maximum(em, d, a, b):
     if is_float(d):
-        return f"{a} if ({a} > {b} or {a} != {a}) else {b}"
+        return f"{a} if ({a} >= {b} or {a} != {a}) else {b}"
     return f"{a} | {b}" if d is torch.bool else f"max({a}, {b})"
 
 
 def _minimum(em, d, a, b):
     if is_float(d):
-        return f"{a} if ({a} < {b} or {a} != {a}) else {b}"
+        return f"{a} if ({a} <= {b} or {a} != {a}) else {b}"
     return f"{a} & {b}" if d is torch.bool else f"min({a}, {b})"
 
 
 def _fmax(em, d, a, b):
     if is_float(d):
-        return f"{b} if {a} != {a} else ({a} if ({a} > {b} or {b} != {b}) else {b})"
+        return f"{b} if ({a} < {b} or {a} != {a}) else {a}"
     return _maximum(em, d, a, b)
 
 
 def _fmin(em, d, a, b):
     if is_float(d):
-        return f"{b} if {a} != {a} else ({a} if ({a} < {b} or {b} != {b}) else {b})"
+        return f"{b} if ({b} < {a} or {a} != {a}) else {a}"
     return _minimum(em, d, a, b)
 
 
@@ -291,7 +330,7 @@ BINARY = {
     ("bitwise_or", "i"): _int_binary("|"), ("bitwise_or", "b"): lambda em, d, a, b: f"{a} | {b}",
     ("bitwise_xor", "i"): _int_binary("^"), ("bitwise_xor", "b"): lambda em, d, a, b: f"{a} != {b}",
     ("shift_left", "i"): _shift_left, ("shift_right", "i"): _shift_right,
-    ("gcd", "i"): _int_helper("gcd_int"), ("lcm", "i"): _int_helper("lcm_int"),
+    ("gcd", "i"): _gcd, ("lcm", "i"): _lcm,
     ("xlog1py", "f"): _xlog1py,
 }
 for _op, _sym in (("eq", "=="), ("ne", "!="), ("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">=")):

@@ -231,6 +231,7 @@ def _sincos_small(x, want_cos):
     q = (np.int64(k) + (1 if want_cos else 0)) & 3
     v = s if (q & 1) == 0 else c
     v = -v if (q & 2) != 0 else v
+    v = d if (d == 0 and not want_cos) else v   # sin(-0.0) = -0.0 (the reduction gives +0.0)
     return np.float32(v if math.isfinite(d) else d - d)
 
 

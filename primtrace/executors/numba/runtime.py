@@ -7,7 +7,7 @@ Why these exist:
   the address into a typed pointer; ``keep`` tells Numba's parfor pass that the stores
   through a pointer are observable (without it a ``prange`` loop that only writes through
   pointers is removed as dead code).
-- Integer pow, gcd and lcm are loops; float -> int casts must give what eager gives on x86
+- Integer pow and gcd are loops; float -> int casts must give what eager gives on x86
   for NaN and out-of-range values (a bare Numba cast is undefined there). Everything that
   is an expression (integer division, shifts, NaN-aware min/max) is written inline by
   ``lowering.py`` instead, so the CUDA backend shares it.
@@ -121,19 +121,18 @@ def pow_int(a, b):
 
 @njit(**_INLINE)
 def gcd_int(a, b):
-    a = abs(np.int64(a))
-    b = abs(np.int64(b))
-    while b != 0:
-        a, b = b, a % b
-    return a
-
-
-@njit(**_INLINE)
-def lcm_int(a, b):
-    g = gcd_int(a, b)
-    if g == 0:
-        return np.int64(0)
-    return abs(np.int64(a) // g * np.int64(b))
+    """eager's calc_gcd on operands already passed through abs() in their own dtype (so
+    INT_MIN stays negative): Euclid with C's truncating remainder, in int64 (every value
+    fits the dtype). The result can be negative, as eager's is."""
+    a = np.int64(a)
+    b = np.int64(b)
+    while a != 0:
+        r = b % a if a != -1 else np.int64(0)    # INT_MIN % -1 would trap
+        if r != 0 and (r < 0) != (b < 0):
+            r -= a                               # floor remainder -> C's truncated one
+        b = a
+        a = r
+    return b
 
 
 # --- float -> int casts as x86 does them (what eager gives for out-of-range values) -------
