@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import warnings
 
-import torch
 
 from primtrace import dtypes, prims
 from primtrace.ir.proxy import is_real_tensor

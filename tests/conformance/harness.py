@@ -13,11 +13,10 @@ extremes. ``check_sample`` runs eager and the callable under test and applies th
 """
 from __future__ import annotations
 
-import itertools
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
@@ -309,7 +308,6 @@ def compare_outputs(got, expected, reference_fn, scale=1.0) -> str | None:
     if isinstance(expected, (tuple, list)):
         if not isinstance(got, (tuple, list)) or len(got) != len(expected):
             return f"expected a sequence of {len(expected)}, got {type(got).__name__}"
-        refs = None
         for i, (g, e) in enumerate(zip(got, expected)):
             problem = compare_outputs(g, e, lambda i=i: _index(reference_fn, i), scale)
             if problem:
@@ -380,7 +378,7 @@ def run_out_conformance(spec: OpSpec, fn: Callable | None = None):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                expected = spec.torch_fn(*args, out=eager_out)
+                spec.torch_fn(*args, out=eager_out)
                 eager_error = None
             except Exception as e:
                 eager_error = e

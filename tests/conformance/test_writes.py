@@ -16,7 +16,7 @@ from primtrace import refs
 from primtrace.executors.numba import NumbaFusionExecutor
 from tests.conformance.binary_helpers import inplace, random, sample, tensor
 from tests.conformance.creation_helpers import method
-from tests.conformance.harness import ALL_DTYPES, OpSpec, check_sample, run_conformance, \
+from tests.conformance.harness import ALL_DTYPES, OpSpec, run_conformance, \
     with_specials
 
 INF, NAN = math.inf, math.nan
