@@ -171,44 +171,12 @@ def _up(t):
 
 def cases(backend, dtype) -> list[Case]:
     """Every (prim, `dtype`) `backend` lowers, as calls on the batch inputs."""
-    out, name = [], name_of(dtype)
-    f16range = {v: k for k, v in lowering.F16_RANGE.items()}
+    out = []
     for table, arity in ((lowering.UNARY, 1), (lowering.BINARY, 2)):
         for prim, cat in table:
-            if cat != lowering.category(dtype) or not lowering.lowerable(backend, prim, dtype, arity):
-                continue
-            exact = not _calls_math(backend, prim, dtype, arity)
-            if prim in f16range:           # sin of a float16 value converted to float32
-                if dtype is torch.float16 and lowering.lowerable(backend, prim, torch.float32, 1):
-                    fn = prims.ALL_PRIMS[f16range[prim]]
-                    out.append(Case(f"{prim} float16->float32", prim,
-                                    lambda a, b, c, d, fn=fn: fn(prims.convert_element_type(a, torch.float32)),
-                                    exact=False, ref=lambda a, b, c, d, fn=fn: fn(a.double())))
-                continue
-            if prim == "pow_scalar":       # torch.pow(tensor, number)
-                for e in POW_EXPONENTS["f"]:
-                    out.append(Case(f"pow {name} ** {e}", prim, lambda a, b, c, d, e=e: prims.pow(a, e),
-                                    exact=False, ref=lambda a, b, c, d, e=e: prims.pow(_up(a), e)))
-                continue
-            if prim not in prims.ALL_PRIMS:
-                raise AssertionError(f"lowering {prim!r} is reached by no prim call: teach "
-                                     "tests/numba/special_values.py how to reach it")
-            fn = prims.ALL_PRIMS[prim]
-            divides = bool(_probe(backend, prim, dtype, arity)[1])
-            if arity == 1:
-                call, ref = (lambda a, b, c, d, fn=fn: fn(a)), (lambda a, b, c, d, fn=fn: fn(_up(a)))
-            elif divides:
-                call, ref = (lambda a, b, c, d, fn=fn, p=prim: fn(a, d[p])), None
-            else:
-                call = lambda a, b, c, d, fn=fn: fn(a, b)               # noqa: E731
-                ref = lambda a, b, c, d, fn=fn: fn(_up(a), _up(b))      # noqa: E731
-            out.append(Case(f"{prim} {name}", prim, call, exact=exact, divides=divides, ref=ref, arity=arity,
-                            skip=EAGER_TRAPS.get((prim, dtype)),
-                            allow=EAGER_DEFECTS.get((prim, dtype)),
-                            simd_too=(prim, dtype) in SIMD_LOOP_TOO))
-            if prim == "pow" and cat == "i":
-                for e in POW_EXPONENTS["i"]:
-                    out.append(Case(f"pow {name} ** {e}", prim, lambda a, b, c, d, e=e: prims.pow(a, e)))
+            if cat == lowering.category(dtype) and lowering.lowerable(backend, prim, dtype, arity):
+                out += _row_cases(backend, dtype, prim, arity)
+    name = name_of(dtype)
     for dst in ALL:
         skip = None
         if backend.name == "cuda" and dtype in FLOATS and dst in INTS:
@@ -216,6 +184,41 @@ def cases(backend, dtype) -> list[Case]:
         out.append(Case(f"convert {name}->{name_of(dst)}", "convert_element_type",
                         lambda a, b, c, d, dst=dst: prims.convert_element_type(a, dst), skip=skip))
     out.append(Case(f"where {name}", "where", lambda a, b, c, d: prims.where(c, a, b), arity=2))
+    return out
+
+
+def _row_cases(backend, dtype, prim, arity) -> list[Case]:
+    """The calls reaching one table row on `dtype`."""
+    name = name_of(dtype)
+    f16range = {v: k for k, v in lowering.F16_RANGE.items()}
+    if prim in f16range:               # sin of a float16 value converted to float32
+        if dtype is not torch.float16 or not lowering.lowerable(backend, prim, torch.float32, 1):
+            return []
+        fn = prims.ALL_PRIMS[f16range[prim]]
+        return [Case(f"{prim} float16->float32", prim,
+                     lambda a, b, c, d: fn(prims.convert_element_type(a, torch.float32)),
+                     exact=False, ref=lambda a, b, c, d: fn(a.double()))]
+    if prim == "pow_scalar":           # torch.pow(tensor, number)
+        return [Case(f"pow {name} ** {e}", prim, lambda a, b, c, d, e=e: prims.pow(a, e),
+                     exact=False, ref=lambda a, b, c, d, e=e: prims.pow(_up(a), e))
+                for e in POW_EXPONENTS["f"]]
+    if prim not in prims.ALL_PRIMS:
+        raise AssertionError(f"lowering {prim!r} is reached by no prim call: teach "
+                             "tests/numba/special_values.py how to reach it")
+    fn = prims.ALL_PRIMS[prim]
+    divides = bool(_probe(backend, prim, dtype, arity)[1])
+    if arity == 1:
+        call, ref = (lambda a, b, c, d: fn(a)), (lambda a, b, c, d: fn(_up(a)))
+    elif divides:                      # a divisor of its own (zeros under one prim at a time)
+        call, ref = (lambda a, b, c, d: fn(a, d[prim])), None
+    else:
+        call, ref = (lambda a, b, c, d: fn(a, b)), (lambda a, b, c, d: fn(_up(a), _up(b)))
+    out = [Case(f"{prim} {name}", prim, call, exact=not _calls_math(backend, prim, dtype, arity),
+                divides=divides, ref=ref, arity=arity, skip=EAGER_TRAPS.get((prim, dtype)),
+                allow=EAGER_DEFECTS.get((prim, dtype)), simd_too=(prim, dtype) in SIMD_LOOP_TOO)]
+    if prim == "pow" and lowering.category(dtype) == "i":   # integer tensor ** number
+        out += [Case(f"pow {name} ** {e}", prim, lambda a, b, c, d, e=e: prims.pow(a, e))
+                for e in POW_EXPONENTS["i"]]
     return out
 
 
