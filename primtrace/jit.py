@@ -10,6 +10,12 @@ A cache hit computes the key (a few attribute reads per tensor, see
 :func:`primtrace.tracer.inputs.cache_key`) and calls the generated function: nothing is
 traced or interpreted per node.
 
+State the function reads besides its arguments (a module's parameters, buffers and
+attributes, globals, closures) is not in the key: a trace that read some carries a guard
+(:mod:`primtrace.tracer.state`) that fetches the state tensors for the call and checks
+what the trace assumed; a key may hold a few such variants (train and eval, say), tried
+newest first, and a call none of them accepts compiles another.
+
 Python numbers are runtime inputs: only their type is in the key, unless user code (or a
 ref) read the value while tracing, which marks the number *specialized*; then the entry
 for that key is a table keyed by the values of the specialized numbers.
@@ -28,7 +34,7 @@ from primtrace.executors.codegen import compile_trace
 from primtrace.executors.lowering import lower
 from primtrace.ir.proxy import NumberProxy
 from primtrace.ir.trace import Trace, current_trace
-from primtrace.tracer.capture import acquire, to_prims
+from primtrace.tracer.capture import TracingError, acquire, to_prims
 from primtrace.tracer.inputs import cache_key
 from primtrace.tracer.passes import optimize
 
@@ -52,11 +58,22 @@ class CacheInfo(NamedTuple):
 
 
 class Compiled:
-    """One compiled trace: the generated function and the traces that led to it."""
-    __slots__ = ("fn", "traces", "specialized")
+    """One compiled trace: the generated function, the traces that led to it, and the guard
+    over the state it read (None when it read none: then a key match is enough)."""
+    __slots__ = ("fn", "traces", "specialized", "guard")
 
-    def __init__(self, fn: Callable, traces: list[Trace], specialized: tuple):
-        self.fn, self.traces, self.specialized = fn, traces, specialized
+    def __init__(self, fn: Callable, traces: list[Trace], specialized: tuple, guard=None):
+        self.fn, self.traces, self.specialized, self.guard = fn, traces, specialized, guard
+
+
+class _Guarded:
+    """The compiled variants of one key whose traces read state (a module's parameters and
+    training flag...): tried newest first; a variant's guard returns its state inputs."""
+    __slots__ = ("variants",)
+    limit = 8   # variants kept per key (train/eval, a few attribute values)
+
+    def __init__(self, variants: tuple):
+        self.variants = variants[:self.limit]
 
 
 class _Specialized:
@@ -105,7 +122,28 @@ def compile_fn(fn, args, kwargs, executors, options) -> Compiled:
     traces[-1].tags["python"] = source
     specialized = tuple(i for i, p in enumerate(traces[0].inputs)
                         if isinstance(p, NumberProxy) and p.specialized)
-    return Compiled(run, traces, specialized)
+    guard = traces[0].tags.get("guard")
+    return Compiled(run, traces, specialized, None if guard is None else guard.check)
+
+
+def _select(entry, leaves):
+    """(compiled, state inputs) from a cache slot for this call, or (None, None)."""
+    if entry.__class__ is _Specialized:
+        entry = entry.table.get(entry.values(leaves))
+    if entry.__class__ is Compiled:
+        return entry, ()
+    if entry.__class__ is _Guarded:
+        for compiled in entry.variants:
+            state = compiled.guard(leaves)
+            if state is not None:
+                return compiled, state
+    return None, None
+
+
+def _size(entry) -> int:
+    if entry.__class__ is _Specialized:
+        return sum(_size(e) for e in entry.table.values())
+    return len(entry.variants) if entry.__class__ is _Guarded else 1
 
 
 class JitFunction:
@@ -118,6 +156,9 @@ class JitFunction:
     """
 
     def __init__(self, fn: Callable, executors=None, **options):
+        if not callable(fn):
+            raise TypeError(f"primtrace.jit expects a function or an nn.Module, got "
+                            f"{type(fn).__name__}")
         self._fn = fn
         self._executors = _executor_list(executors)
         self._options = _check_options(options)
@@ -127,7 +168,17 @@ class JitFunction:
         self._hits = itertools.count()   # next() is atomic: no lock on the hit path
         self._misses = 0
         self._last: list[Trace] | None = None
-        functools.update_wrapper(self, fn)
+        if isinstance(fn, torch.nn.Module):   # attributes stay the module's (see __getattr__)
+            self.__wrapped__, self.__doc__ = fn, type(fn).__doc__
+        else:
+            functools.update_wrapper(self, fn)
+
+    def __getattr__(self, name):
+        """``jit(module).eval()``, ``.parameters()``... reach the module itself."""
+        fn = self.__dict__.get("_fn")
+        if isinstance(fn, torch.nn.Module):
+            return getattr(fn, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __call__(self, *args, **kwargs):
         if not kwargs:  # the common case inlined: plain tensors only (same key as cache_key)
@@ -138,62 +189,67 @@ class JitFunction:
                 key.append((x.dtype, x.shape, x.device,
                             True if x.is_contiguous() else x.stride(), x.requires_grad))
             else:
-                entry = self._cache.get(tuple(key))
+                key = tuple(key)
+                entry = self._cache.get(key)
                 if entry.__class__ is Compiled:
                     next(self._hits)
                     return entry.fn(*args)
+                return self._call(entry, key, list(args), args, kwargs)
         key, leaves = cache_key(args, kwargs)
         entry = self._cache.get(key)
         if entry.__class__ is Compiled:
             next(self._hits)
             return entry.fn(*leaves)
-        if entry is not None:
-            entry = entry.table.get(entry.values(leaves))
-            if entry is not None:
-                next(self._hits)
-                return entry.fn(*leaves)
-        if current_trace() is not None:  # called while tracing an outer function: inline it
-            return self._fn(*args, **kwargs)
-        return self._miss(key, leaves, args, kwargs)(*leaves)
+        return self._call(entry, key, leaves, args, kwargs)
 
-    def _lookup(self, key, leaves):
-        entry = self._cache.get(key)
-        if entry.__class__ is _Specialized:
-            entry = entry.table.get(entry.values(leaves))
-        return entry
+    def _call(self, entry, key, leaves, args, kwargs):
+        """The slow part of a call: guarded or specialized entries, then a compile."""
+        compiled, state = _select(entry, leaves)
+        if compiled is None:
+            if current_trace() is not None:  # called while tracing an outer function: inline
+                return self._fn(*args, **kwargs)
+            compiled, state = self._miss(key, leaves, args, kwargs)
+        else:
+            next(self._hits)
+        return compiled.fn(*leaves, *state)
 
-    def _miss(self, key, leaves, args, kwargs) -> Callable:
+    def _miss(self, key, leaves, args, kwargs):
         with self._lock:
-            entry = self._lookup(key, leaves)  # another thread may have compiled it meanwhile
-            if entry is not None:
+            compiled, state = _select(self._cache.get(key), leaves)  # another thread's compile
+            if compiled is not None:
                 next(self._hits)
-                return entry.fn
+                return compiled, state
             compiled = compile_fn(self._fn, args, kwargs, self._executors, self._options)
             self._misses += 1
             self._insert(key, leaves, compiled)
             self._last = compiled.traces
-            return compiled.fn
+            state = () if compiled.guard is None else compiled.guard(leaves)
+            if state is None:   # the traced code changed what it read (a side effect)
+                raise TracingError(
+                    f"{self!r}: the state the function read changed while it was traced "
+                    f"(does it assign a global or an attribute it also reads?)")
+            return compiled, state
 
     def _insert(self, key, leaves, compiled: Compiled) -> None:
         cache = dict(self._cache)  # readers see either the old or the new dict, never a mix
-        if not compiled.specialized:
-            cache[key] = compiled
-        else:
-            entry = cache.get(key)
+        slot = cache.get(key)
+        if compiled.specialized:
             positions = set(compiled.specialized)
-            if entry.__class__ is _Specialized and positions <= set(entry.positions):
-                entry = _Specialized(entry.positions, entry.table)
+            if slot.__class__ is _Specialized and positions <= set(slot.positions):
+                slot = _Specialized(slot.positions, slot.table)
             else:  # new numbers became specialized: older entries were keyed on fewer values
-                entry = _Specialized(tuple(sorted(positions | set(getattr(entry, "positions", ())))))
-            entry.table[entry.values(leaves)] = compiled
-            while len(entry.table) > self._maxsize:
-                del entry.table[next(iter(entry.table))]
-            cache.pop(key, None)
-            cache[key] = entry
-        size = sum(len(e.table) if e.__class__ is _Specialized else 1 for e in cache.values())
+                slot = _Specialized(tuple(sorted(positions | set(getattr(slot, "positions", ())))))
+            values = slot.values(leaves)
+            slot.table[values] = _with_variant(slot.table.pop(values, None), compiled)
+            while _size(slot) > self._maxsize:
+                del slot.table[next(iter(slot.table))]
+        else:
+            slot = _with_variant(slot if slot.__class__ is not _Specialized else None, compiled)
+        cache.pop(key, None)
+        cache[key] = slot
+        size = sum(_size(e) for e in cache.values())
         while size > self._maxsize:  # evict the oldest keys until the compiled count fits
-            oldest = cache.pop(next(iter(cache)))
-            size -= len(oldest.table) if oldest.__class__ is _Specialized else 1
+            size -= _size(cache.pop(next(iter(cache))))
         self._cache = cache
 
     def __get__(self, obj, objtype=None):
@@ -202,8 +258,7 @@ class JitFunction:
     def cache_info(self) -> CacheInfo:
         with self._lock:
             hits = int(repr(self._hits)[len("count("):-1])  # the count's next value
-            size = sum(len(e.table) if e.__class__ is _Specialized else 1
-                       for e in self._cache.values())
+            size = sum(_size(e) for e in self._cache.values())
             return CacheInfo(hits, self._misses, self._maxsize, size)
 
     def cache_clear(self) -> None:
@@ -214,6 +269,14 @@ class JitFunction:
 
     def __repr__(self):
         return f"<primtrace.jit of {getattr(self._fn, '__qualname__', self._fn)!r}>"
+
+
+def _with_variant(slot, compiled: Compiled):
+    """The cache slot after adding `compiled`: itself, or one more guarded variant."""
+    if compiled.guard is None:
+        return compiled
+    old = slot.variants if slot.__class__ is _Guarded else ()
+    return _Guarded((compiled, *old))
 
 
 def jit(fn: Callable | None = None, *, executors=None, **options):
@@ -289,10 +352,3 @@ def explain(fn: Callable, *args, **kwargs) -> Explanation:
     opaque = [(n.symbol.qualname, n.source) for n in acquisition.flat_nodes()
               if n.symbol.kind == "opaque"]
     return Explanation(acquisition, opaque)
-
-
-def kernel_source(jfn) -> str:
-    """The generated source of every fused region of `jfn`'s last execution trace."""
-    sources = [f"# {n.symbol.name}\n{n.symbol.source}" for n in last_trace(jfn).nodes
-               if n.symbol.kind == "fused" and getattr(n.symbol, "source", None)]
-    return "\n\n".join(sources)

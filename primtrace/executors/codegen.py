@@ -156,7 +156,7 @@ def compile_trace(trace: Trace):
         lines += [f"    {switch}({mode})  # as the traced code did (torch.no_grad() inside)",
                   "    try:", *[f"        {line}" for line in block],
                   "    finally:", f"        {switch}({entry_grad})"]
-    made = trace.tags.get("trace_time_tensors", set())
+    made = trace.tags.get("trace_time_tensors", {})
     lines.append(f"    return {_fresh_constants(em.expr(trace.outputs), em, made)}")
     source = "\n".join(lines) + "\n"
     filename = f"<primtrace:{trace.name}:{next(_ids)}>"

@@ -233,7 +233,17 @@ class TensorProxy(Proxy, torch.Tensor):
         return self._device.type == "meta"
 
     is_sparse = is_quantized = is_mkldnn = is_nested = False
-    grad = grad_fn = None
+    grad_fn = None
+
+    @property
+    def grad(self):
+        """An input's ``.grad`` is state the tracer reads (None for computed values)."""
+        return _dispatch(torch.Tensor.grad.__get__, (self,), {})
+
+    @grad.setter
+    def grad(self, value):
+        raise RuntimeError(f"assigning {self._name}.grad inside a traced function is a Python "
+                           f"side effect primtrace does not replay: do it outside")
 
     @property
     def is_leaf(self) -> bool:

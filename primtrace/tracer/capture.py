@@ -15,7 +15,6 @@ orders the reads after the write and the caller's tensor is mutated at run time.
 from __future__ import annotations
 
 import contextlib
-import linecache
 import os
 import sys
 import warnings
@@ -28,7 +27,9 @@ from primtrace.ir.proxy import NumberProxy, Proxy, TensorProxy, TensorSpec
 from primtrace.ir.symbol import Symbol, has_proxy
 from primtrace.ir.trace import Node, Trace, current_trace, tracing, tree_flatten
 from primtrace.tracer import mapping
-from primtrace.tracer.inputs import proxify
+from primtrace.tracer.location import describe_location, user_location
+from primtrace.tracer.inputs import Namer, proxify
+from primtrace.tracer.state import SideEffectError, StateRecorder, set_stop_frame
 
 
 class TracingError(RuntimeError):
@@ -43,41 +44,6 @@ class OpaqueOpWarning(UserWarning):
     """A torch function has no ref and runs as an opaque torch call."""
 
 
-# --- where in the user's code are we? -----------------------------------------------------
-def _dir(module) -> str:
-    return os.path.dirname(os.path.abspath(module.__file__)) + os.sep
-
-
-# primtrace's own package, torch, and the standard library are never "the user's line"
-_INTERNAL = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep, _dir(torch),
-             "<primtrace")
-_STDLIB = _dir(os)
-
-
-def _is_internal(filename: str) -> bool:
-    return filename.startswith(_INTERNAL) or (
-        filename.startswith(_STDLIB) and "site-packages" not in filename)
-
-
-def user_location():
-    """(filename, lineno, text) of the innermost frame outside primtrace, torch and stdlib."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if not _is_internal(filename):
-            lineno = frame.f_lineno
-            return filename, lineno, linecache.getline(filename, lineno).strip()
-        frame = frame.f_back
-    return None
-
-
-def _describe_location(loc) -> str:
-    if loc is None:
-        return "at an unknown line"
-    filename, lineno, text = loc
-    return f"at {filename}:{lineno}: {text}" if text else f"at {filename}:{lineno}"
-
-
 # --- the trace the tracer builds ------------------------------------------------------------
 class TracingTrace(Trace):
     """A trace under construction: knows the user's line and the versions of mutated values."""
@@ -87,6 +53,19 @@ class TracingTrace(Trace):
         self.versions: dict[str, Proxy] = {}   # proxy name -> its value after a mutation
         self.bypass = 0                         # > 0 while running torch on meta tensors
         self.tags["grad_enabled"] = torch.is_grad_enabled()  # the mode of the whole call
+        self.made: dict[int, torch.Tensor] = {}  # tensors created while tracing (constants)
+        self.state: StateRecorder | None = None  # what the function reads besides its args
+
+    def lift_state(self, args, kwargs):
+        """Real tensors the code reached outside its arguments become state inputs."""
+        def lift(x):
+            if type(x) is TensorProxy or not isinstance(x, torch.Tensor) or id(x) in self.made:
+                return x
+            return self.state.lift(x)
+        if self.state is None or not any(isinstance(leaf, torch.Tensor) and type(leaf) is not
+                                         TensorProxy for leaf in tree_flatten((args, kwargs))):
+            return args, kwargs
+        return tree_map(lift, args), tree_map(lift, kwargs)
 
     @property
     def source_line(self):
@@ -141,15 +120,24 @@ def dispatch(func, args, kwargs):
         raise TracingError(f"{mapping.display_name(func)} was called on a primtrace proxy "
                            f"outside of tracing")
     target = mapping.resolve(func)
+    if func in _AUTOGRAD_CALLS:
+        raise TracingError(f"{mapping.display_name(func)} while tracing: primtrace traces "
+                           f"forward computations; jit the model (or the loss) and call "
+                           f"backward outside\n  {describe_location(user_location())}")
     if target.name in mapping.DATA_DEPENDENT:
         raise DataDependentError(_data_dependent_message(func, target))
+    state = getattr(trace, "state", None)
+    if state is not None:   # tensors read from state become inputs; the frames are noted
+        args, kwargs = trace.lift_state(args, kwargs)
+        state.note_frames(sys._getframe(1))
+        if target.name == "grad.__get__":
+            return state.grad_of(args[0])   # an input's .grad is state too, read per call
     if target.name == "__iter__":
         return iter(dispatch(torch.Tensor.unbind, args[:1], {}))
     written = kwargs.get("out") if isinstance(kwargs.get("out"), TensorProxy) else (
         args[0] if args and isinstance(args[0], TensorProxy) else None)
-    resolve = getattr(trace, "resolve_args", None)
-    if resolve is not None:
-        args, kwargs = resolve(args, kwargs)
+    if hasattr(trace, "resolve_args"):
+        args, kwargs = trace.resolve_args(args, kwargs)
     result = NotImplemented
     if target.ref is not None:
         result = _call_ref(trace, func, target, args, kwargs)
@@ -161,12 +149,16 @@ def dispatch(func, args, kwargs):
     return result
 
 
+#: backward passes run autograd's engine, which a trace of forward ops cannot record
+_AUTOGRAD_CALLS = (torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad)
+
+
 def _data_dependent_message(func, target) -> str:
     what = {"__bool__": "bool(tensor)", "__int__": "int(tensor)", "__float__": "float(tensor)",
             "__index__": "using a tensor as an index", "item": "tensor.item()",
             "__contains__": "`in` on a tensor"}.get(target.name, mapping.display_name(func))
     return (f"data-dependent control flow: {what} reads a tensor's value, which is unknown "
-            f"while tracing\n  {_describe_location(user_location())}\n"
+            f"while tracing\n  {describe_location(user_location())}\n"
             f"primtrace traces tensors symbolically; use torch.where for elementwise choices "
             f"or move the check outside the jitted function")
 
@@ -343,7 +335,7 @@ def record_opaque(trace, func, target, args, kwargs):
             else:
                 result = func(*meta_args, **meta_kwargs)
     except Exception as e:
-        where = _describe_location(user_location())
+        where = describe_location(user_location())
         message = str(e).lower()
         if "data-dependent" in message or "data dependent" in message:
             raise DataDependentError(
@@ -425,15 +417,17 @@ class CaptureMode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         trace = self.trace
-        if not trace.bypass and (has_proxy(args, kwargs) or (
-                trace.depth == 0 and mapping.is_factory(func))):
-            # inside a ref, a factory builds a constant of the decomposition (a prim's eager
-            # impl); at the top level it is the user's and must run on every call
-            return dispatch(func, args, kwargs)
+        if not trace.bypass:
+            if trace.depth == 0:   # the user's code: tensors it reads from state are inputs
+                args, kwargs = trace.lift_state(args, kwargs)
+            if has_proxy(args, kwargs) or (trace.depth == 0 and mapping.is_factory(func)):
+                # inside a ref, a factory builds a constant of the decomposition (a prim's
+                # eager impl); at the top level it is the user's and must run on every call
+                return dispatch(func, args, kwargs)
         result = func(*args, **kwargs)
         if isinstance(result, torch.Tensor) and not trace.bypass:
             # made while tracing (a ref's constant): a trace that returns it must copy it
-            trace.tags.setdefault("trace_time_tensors", set()).add(id(result))
+            trace.made[id(result)] = result
         return result
 
 
@@ -460,13 +454,34 @@ def acquire(fn, args: tuple, kwargs: dict, name: str | None = None) -> TracingTr
 
 def _acquire(fn, args, kwargs, name, numbers_as_constants: bool) -> TracingTrace:
     trace = TracingTrace(_trace_name(fn) if name is None else name)
-    pargs, pkwargs, inputs = proxify(trace, fn, args, kwargs, numbers_as_constants)
+    namer, tensors = Namer(), {}
+    pargs, pkwargs, inputs = proxify(trace, _signature_of(fn), args, kwargs,
+                                     numbers_as_constants, namer, tensors)
     trace.inputs, trace.input_structure = inputs, (pargs, pkwargs)
-    with tracing(trace), CaptureMode(trace):
+    trace.state = StateRecorder(fn, trace, tensors)
+    with tracing(trace), CaptureMode(trace), trace.state.recording():
         out = fn(*pargs, **pkwargs)
     trace.outputs = trace.resolve(out)
+    try:
+        guard = trace.state.finish(namer)
+    except SideEffectError as e:
+        trace.state.undo_writes()
+        raise TracingError(f"{e}\n  primtrace does not replay Python side effects: compute "
+                           f"such values outside the jitted function") from None
+    if guard is not None:
+        trace.inputs = [*inputs, *guard.proxies]
+        trace.tags["guard"] = guard
+    trace.tags["trace_time_tensors"] = trace.made
     trace.stage = "acquisition"
     return trace
+
+
+set_stop_frame(_acquire.__code__)
+
+
+def _signature_of(fn):
+    """What names the inputs: a module's forward, else the function itself."""
+    return fn.forward if isinstance(fn, torch.nn.Module) else fn
 
 
 def _trace_name(fn) -> str:

@@ -88,7 +88,7 @@ def _positional_names(fn, nargs: int) -> list[str]:
     return names
 
 
-class _Namer:
+class Namer:
     """Valid, unique Python names that cannot collide with the trace's t0, t1, ... names."""
 
     def __init__(self):
@@ -107,17 +107,22 @@ class _Namer:
         return name
 
 
-def proxify(trace, fn, args: tuple, kwargs: dict, numbers_as_constants: bool = False):
+def proxify(trace, fn, args: tuple, kwargs: dict, numbers_as_constants: bool = False,
+            namer=None, tensors: dict | None = None):
     """(args, kwargs) with proxies in place of runtime inputs, and the flat input proxies.
 
     With `numbers_as_constants`, numbers reach `fn` as themselves; their proxies are still
     inputs (so runtime leaves line up) but marked specialized: their values join the key.
+    `namer` names the inputs (pass one to keep later names unique); `tensors` collects
+    ``id(tensor) -> (leaf index, proxy, tensor)`` for the argument tensors.
     """
-    namer, inputs = _Namer(), []
+    namer, inputs = namer or Namer(), []
+    tensors = {} if tensors is None else tensors
 
     def wrap(x, name):
         if isinstance(x, _Tensor):
             p = trace.tensor(TensorSpec.of(x), name=namer(name), requires_grad=x.requires_grad)
+            tensors.setdefault(id(x), (len(inputs), p, x))
             inputs.append(p)
             return p
         t = type(x)

@@ -1,0 +1,532 @@
+"""State a traced function reads besides its arguments: lifted into inputs, and guarded.
+
+A function or ``forward`` reads parameters, buffers, tensors in globals and closures, and
+Python values (``self.training``, ``self.scale``, a global flag) that change between calls.
+primtrace follows torch.compile's answer (inputs + guards), without bytecode analysis:
+
+* **Recording.** While a trace is acquired, attribute reads on ``nn.Module`` instances are
+  recorded (nn.Module's ``__getattribute__``/``__getattr__`` are wrapped for the duration;
+  only the tracing context records), and so are the global names loaded (``dis``'s
+  ``LOAD_GLOBAL``) by the user's frames on the stack of each torch call and by the user's
+  functions those reach by name,
+  and the closure cells of the traced function.
+* **Lifting.** A real tensor that reaches a torch call while tracing becomes an input of the
+  trace (``StateRecorder.lift``), never a constant: gradients flow to parameters, and the
+  tensor is fetched again on every call.
+* **Guards.** After tracing, every read becomes a check in one generated Python function:
+  a tensor must still have the traced metadata (it is then passed to the compiled trace),
+  a module or other object must be the same object, a number, string or bool must have
+  the same value, hook dictionaries the same hooks. The guard returns the state tensors for
+  this call, or None: then the call compiles again (the old entry stays for when the state
+  comes back, as after ``eval()`` then ``train()``).
+
+Not seen (documented in the README): tensors and objects inside lists, objects more than two
+attribute levels below a read (``a.b.c.d``), globals of installed packages, torch and the
+standard library, attributes of objects that are not modules, dicts or plain instances,
+and Python side effects of the traced code (assigning a module attribute while tracing
+raises :class:`~primtrace.tracer.TracingError`).
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dis
+import enum
+import sys
+import threading
+import types
+
+import torch
+
+from primtrace.ir.proxy import TensorProxy, TensorSpec
+from primtrace.tracer.location import is_library
+
+_Module = torch.nn.Module
+_object_getattribute = object.__getattribute__
+_active: contextvars.ContextVar["StateRecorder | None"] = contextvars.ContextVar(
+    "primtrace_state", default=None)
+
+#: nn.Module's own bookkeeping attributes; of those, reads of these mean something
+_MACHINERY = frozenset(vars(_Module())) | {"__dict__", "__class__"}
+_STRUCTURE = ("_parameters", "_buffers", "_modules")   # iterated: its items are guarded
+_NUMBERS = (int, float, complex, str, bytes, torch.device)
+_SCALARS = (bool, *_NUMBERS, torch.dtype)
+_MAX_ITEMS = 256   # a bigger dict or object is guarded by identity only
+
+
+class SideEffectError(RuntimeError):
+    """Traced code assigned a module attribute (replaced by TracingError in capture)."""
+
+
+# --- recording module attribute reads and writes ---------------------------------------
+def _recording_getattribute(self, name):
+    value = _object_getattribute(self, name)
+    recorder = _active.get()
+    if recorder is not None and name in _object_getattribute(self, "__dict__"):
+        recorder.module_read(self, "__dict__", name, value)
+    return value
+
+
+_original_getattr = _Module.__getattr__
+_original_setattr = _Module.__setattr__
+
+
+def _recording_getattr(self, name):
+    d = _object_getattribute(self, "__dict__")
+    for store in _STRUCTURE:
+        table = d.get(store)
+        if table is not None and name in table:
+            value = table[name]
+            recorder = _active.get()
+            if recorder is not None:
+                recorder.module_read(self, store, name, value)
+            return value
+    return _original_getattr(self, name)
+
+
+def _recording_setattr(self, name, value):
+    recorder = _active.get()
+    if recorder is not None:
+        recorder.module_write(self, name)
+    _original_setattr(self, name, value)
+
+
+_patch_lock = threading.Lock()
+_patch_users = 0
+
+
+@contextlib.contextmanager
+def _module_patches():
+    """nn.Module's attribute hooks, installed while any thread traces (they only record in
+    the tracing context, so other threads see a slower but unchanged nn.Module)."""
+    global _patch_users
+    with _patch_lock:
+        if _patch_users == 0:
+            _Module.__getattribute__ = _recording_getattribute
+            _Module.__getattr__ = _recording_getattr
+            _Module.__setattr__ = _recording_setattr
+        _patch_users += 1
+    try:
+        yield
+    finally:
+        with _patch_lock:
+            _patch_users -= 1
+            if _patch_users == 0:
+                del _Module.__getattribute__
+                _Module.__getattr__ = _original_getattr
+                _Module.__setattr__ = _original_setattr
+
+
+_global_names: dict = {}
+_library: dict = {}
+_acquire_code = None   # the tracer's frame that runs the traced function: walks stop there
+
+
+def set_stop_frame(code) -> None:
+    global _acquire_code
+    _acquire_code = code
+
+
+def _library_code(code) -> bool:
+    found = _library.get(code)
+    if found is None:   # an import is not a read: module-level code does not count
+        found = _library[code] = code.co_name == "<module>" or is_library(code.co_filename)
+    return found
+
+
+def global_names(code) -> frozenset:
+    """The global names a code object loads (cached per code object)."""
+    names = _global_names.get(code)
+    if names is None:
+        names = frozenset(i.argval for i in dis.get_instructions(code)
+                          if i.opname in ("LOAD_GLOBAL", "LOAD_NAME"))
+        _global_names[code] = names
+    return names
+
+
+# --- sources: expressions that fetch a value again -------------------------------------
+class _Code:
+    """The guard function under construction: bound constants, fetches and checks."""
+
+    def __init__(self):
+        self.consts: dict = {}
+        self._names: dict[int, str] = {}
+        self.fetches: list[str] = []
+        self.checks: list[str] = []
+
+    def const(self, obj, hint: str = "k") -> str:
+        name = self._names.get(id(obj))
+        if name is None:
+            name = f"{hint}{len(self.consts)}"
+            self.consts[name] = obj
+            self._names[id(obj)] = name
+        return name
+
+    def check_value(self, expr: str, value, depth: int = 2) -> None:
+        """`expr` still evaluates to `value`: by identity, or by type and value for numbers.
+
+        A plain object (a config dataclass, a namespace) or a dict is also checked item by
+        item where it holds numbers, strings, bools or None, `depth` levels down: code reads
+        ``CONFIG.clip`` and ``self.config.use_cache`` through them."""
+        if value is None or type(value) is bool or isinstance(value, enum.Enum):
+            self.checks.append(f"{expr} is {self.const(value)}")
+        elif type(value) in _NUMBERS:
+            if type(value) is float and value != value:
+                self.checks.append(f"{expr} != {expr}")
+            else:
+                self.checks.append(f"{expr} == {self.const(value)} and "
+                                   f"{expr}.__class__ is {self.const(type(value))}")
+        else:
+            self.checks.append(f"{expr} is {self.const(value)}")
+            items = _plain_items(value) if depth else None
+            if items is not None and len(items) <= _MAX_ITEMS:
+                base = f"{expr}.__dict__" if not isinstance(value, dict) else expr
+                self.checks.append(f"len({base}) == {len(items)}")
+                for key, item in items.items():
+                    if item is None or type(item) in _SCALARS or _plain_items(item) is not None:
+                        self.check_value(f"{base}[{key!r}]", item, depth - 1)
+
+    def check_items(self, expr: str, table: dict) -> None:
+        """The dict at `expr` holds the same objects (modules, parameters, hooks) in order."""
+        if not table:
+            self.checks.append(f"not {expr}")
+        else:
+            self.checks.append(f"same_items({expr}, {self.const(tuple(table.values()))})")
+
+    def check_tensor(self, expr: str, t: torch.Tensor) -> None:
+        self.checks.append(f"tensor_key({expr}) == {self.const(tensor_key(t))}")
+
+    def source(self) -> str:
+        lines = ["def guard(leaves):", "    try:"]
+        lines += [f"        {line}" for line in self.fetches]
+        test = " and\n                ".join(f"({c})" for c in self.checks) or "True"
+        lines += [f"        if ({test}):", "            return state"]
+        lines += ["    except Exception:", "        pass", "    return None"]
+        return "\n".join(lines) + "\n"
+
+
+def _plain_items(value) -> dict | None:
+    """The items of a dict with string keys, or the instance attributes of a plain object
+    (not a module, function, class, tensor or torch object); None for anything else."""
+    if type(value) is dict:
+        return value if all(type(k) is str for k in value) else None
+    d = getattr(value, "__dict__", None)
+    if type(d) is not dict or isinstance(value, (type, types.FunctionType, types.MethodType,
+                                                  types.ModuleType, _Module, torch.Tensor)):
+        return None
+    return None if type(value).__module__.startswith("torch") else d
+
+
+def tensor_key(t) -> tuple:
+    """What a state tensor must keep for a trace to stay valid (as for argument tensors)."""
+    return (t.dtype, t.shape, t.device, True if t.is_contiguous() else t.stride(),
+            t.requires_grad)
+
+
+def same_items(table, expected: tuple) -> bool:
+    return len(table) == len(expected) and all(
+        a is b for a, b in zip(table.values(), expected))
+
+
+# --- the recorder ---------------------------------------------------------------------------
+class StateRecorder:
+    """What one acquisition read besides its arguments; see the module docstring."""
+
+    def __init__(self, fn, trace, arg_tensors: dict):
+        self.fn, self.trace = fn, trace
+        self.arg_tensors = arg_tensors       # id(tensor) -> (leaf index, proxy, tensor)
+        self.reads: dict = {}                # (id(owner), store, name) -> (owner, store, name, value)
+        self.frames: dict = {}               # code object -> its globals, for user frames that ran
+        self.lifted: dict = {}               # id(tensor) -> (tensor, proxy), in lift order
+        self.grad_reads: list = []           # (base tensor, its .grad) read while tracing
+        self.writes: list = []               # (module, name, existed, old value) assigned
+        self._globals: list | None = None    # _global_reads, once computed
+
+    # recording ---------------------------------------------------------------------------
+    def module_read(self, owner, store, name, value) -> None:
+        if store == "__dict__" and name in _MACHINERY and name != "training" and \
+                name not in _STRUCTURE and not name.endswith("hooks"):
+            return
+        self.reads.setdefault((id(owner), store, name), (owner, store, name, value))
+
+    def module_write(self, owner, name) -> None:
+        d = _object_getattribute(owner, "__dict__")
+        for store in (*_STRUCTURE, None):
+            table = d if store is None else d.get(store, {})
+            if name in table:
+                self.writes.append((owner, name, True, table[name]))
+                return
+        self.writes.append((owner, name, False, None))
+
+    def undo_writes(self) -> None:
+        """Put back what the traced code assigned (a proxy must not outlive its trace)."""
+        for owner, name, existed, old in reversed(self.writes):
+            if existed:
+                _original_setattr(owner, name, old)
+            else:
+                _Module.__delattr__(owner, name)
+
+    def note_frames(self, frame) -> None:
+        """Note the user's frames on the stack of a torch call (their code and globals)."""
+        frames, stop = self.frames, _acquire_code
+        while frame is not None and frame.f_code is not stop:
+            code = frame.f_code
+            if code not in frames and not _library_code(code):
+                frames[code] = frame.f_globals
+            frame = frame.f_back
+
+    @contextlib.contextmanager
+    def recording(self):
+        token = _active.set(self)
+        try:
+            with _module_patches():
+                yield self
+        finally:
+            _active.reset(token)
+
+    def lift(self, t: torch.Tensor) -> TensorProxy:
+        """The proxy of a tensor the traced code reached outside its arguments."""
+        found = self.arg_tensors.get(id(t))
+        if found is not None:
+            return found[1]
+        entry = self.lifted.get(id(t))
+        if entry is None:   # a name no user input can have (renamed in finish)
+            proxy = self.trace.tensor(TensorSpec.of(t), name=f"__pt_state{len(self.lifted)}",
+                                      requires_grad=t.requires_grad)
+            entry = self.lifted[id(t)] = (t, proxy)
+        return entry[1]
+
+    def real(self, proxy):
+        """The tensor behind an argument or state proxy (None for computed values)."""
+        for t, p in self.lifted.values():
+            if p is proxy:
+                return t
+        for _, p, t in self.arg_tensors.values():
+            if p is proxy:
+                return t
+        return None
+
+    def grad_of(self, proxy):
+        """``x.grad`` of an argument or state tensor: None, or the gradient, lifted."""
+        base = self.real(proxy)
+        if base is None:
+            return None     # a computed value: eager's .grad of a non-leaf is None
+        grad = base.grad
+        self.grad_reads.append((base, grad))
+        return None if grad is None else self.lift(grad)
+
+    # after tracing -------------------------------------------------------------------------
+    def finish(self, namer) -> "Guard | None":
+        """Name the lifted proxies after where they come from, and build the guard."""
+        if self.writes:
+            owner, name = self.writes[0][:2]
+            raise SideEffectError(
+                f"{type(owner).__name__}.{name} was assigned while tracing: primtrace runs the "
+                f"trace on later calls without replaying Python assignments")
+        code = _Code()
+        sources: dict[int, str] = {}           # id(tensor) -> expression
+        names: dict[int, str] = {}             # id(tensor) -> readable input name
+        read_tensors: dict[int, torch.Tensor] = {}
+        paths = self._module_paths()
+        for tid, (index, _, _) in self.arg_tensors.items():
+            sources[tid] = f"leaves[{index}]"
+
+        def read(expr, value, label):
+            if isinstance(value, types.ModuleType):
+                return
+            if isinstance(value, torch.Tensor):
+                if id(value) in sources:   # the same tensor seen twice (an argument, a tie)
+                    code.checks.append(f"{expr} is {sources[id(value)]}")
+                    return
+                sources[id(value)] = expr
+                names.setdefault(id(value), label)
+                read_tensors[id(value)] = value
+                return
+            code.check_value(expr, value)
+
+        for owner, store, name, value in self.reads.values():
+            base = code.const(owner, "m")
+            if store == "__dict__" and name in _STRUCTURE:
+                code.check_items(f"{base}.{name}", value)
+            elif store == "__dict__" and name.endswith("hooks"):
+                code.check_items(f"{base}.__dict__[{name!r}]", value)
+            else:
+                expr = (f"{base}.__dict__[{name!r}]" if store == "__dict__"
+                        else f"{base}.{store}[{name!r}]")
+                read(expr, value, _join(paths.get(id(owner), type(owner).__name__.lower()), name))
+        if self.reads:
+            self._global_hooks(code)
+        for g, name, value in self._global_reads():
+            read(f"{code.const(g, 'g')}[{name!r}]", value, name)
+        for cell, name, value in self._closure_reads():
+            read(f"{code.const(cell, 'c')}.cell_contents", value, name)
+        for base, grad in self.grad_reads:
+            base_expr = sources.get(id(base))
+            if base_expr is None:
+                base_expr = code.const(base, "h")
+            read(f"{base_expr}.grad", grad, _join(names.get(id(base), "x"), "grad"))
+        self._search_containers(sources, names, code, paths)
+
+        state = []
+        for t, proxy in self.lifted.values():
+            expr = sources.get(id(t))
+            if expr is None:   # reached some other way: held, and its metadata checked
+                expr = code.const(t, "held")
+            var = f"s{len(state)}"
+            code.fetches.append(f"{var} = {expr}")
+            code.check_tensor(var, t)
+            proxy.__dict__["_name"] = namer(names.get(id(t), proxy.name))
+            state.append(proxy)
+        for tid, t in read_tensors.items():   # read but not used: the metadata still counts
+            if tid not in self.lifted:
+                code.check_tensor(sources[tid], t)
+        code.fetches.append(f"state = [{', '.join(f's{i}' for i in range(len(state)))}]")
+        if not code.checks and not state:
+            return None
+        return Guard(code, state)
+
+    def _module_paths(self) -> dict:
+        """id(module) -> a readable path: from the traced module, or from the global or
+        closure variable that holds a module (``model.fc1``)."""
+        roots = [("", self.fn), ("", getattr(self.fn, "__self__", None))]
+        roots += [(name, v) for _, name, v in self._global_reads()]
+        roots += [(name, v) for _, name, v in self._closure_reads()]
+        paths = {}
+        for prefix, root in roots:
+            if isinstance(root, _Module):
+                for path, m in root.named_modules(remove_duplicate=False):
+                    paths.setdefault(id(m), _join(prefix, path).replace(".", "_"))
+        return paths
+
+    def _global_hooks(self, code: _Code) -> None:
+        """Hooks registered on every module (nn.modules.module.register_module_forward_hook)."""
+        module = sys.modules["torch.nn.modules.module"]
+        g = code.const(vars(module), "g")
+        for name, value in vars(module).items():
+            if name.startswith("_global_") and name.endswith("hooks") and isinstance(value, dict):
+                code.check_items(f"{g}[{name!r}]", value)
+
+    def _global_reads(self) -> list:
+        """(globals, name, value) for the global names loaded by the user's code that called
+        torch while tracing, and by the user's functions that code reaches by name (a helper
+        that only computes a Python number never shows up on a torch call's stack)."""
+        if self._globals is not None:
+            return self._globals
+        todo = list(self.frames.items())
+        seen_code, seen, found = set(self.frames), set(), []
+        while todo:
+            code_object, g = todo.pop()
+            for c in code_object.co_consts:   # lambdas and comprehensions defined here
+                if isinstance(c, types.CodeType) and c not in seen_code:
+                    seen_code.add(c)
+                    todo.append((c, g))
+            for name in global_names(code_object):
+                if name not in g or (id(g), name) in seen:
+                    continue
+                seen.add((id(g), name))
+                value = g[name]
+                found.append((g, name, value))
+                fn = getattr(value, "__func__", value)
+                if isinstance(fn, types.FunctionType) and fn.__code__ not in seen_code \
+                        and not _library_code(fn.__code__):
+                    seen_code.add(fn.__code__)
+                    todo.append((fn.__code__, fn.__globals__))
+        self._globals = found
+        return found
+
+    def _closure_reads(self):
+        """(cell, name, value) of the traced function's closure, and of the closures of the
+        functions it reaches through its cells and globals, when their code ran."""
+        ran = set(self.frames)
+        todo = [_function_of(self.fn)]
+        todo += [v for _, _, v in self._global_reads() if isinstance(v, types.FunctionType)]
+        seen = set()
+        while todo:
+            fn = todo.pop()
+            if not isinstance(fn, types.FunctionType) or id(fn) in seen:
+                continue
+            seen.add(id(fn))
+            if fn.__code__ not in ran or not fn.__closure__:
+                continue
+            for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
+                try:
+                    value = cell.cell_contents
+                except ValueError:   # an empty cell
+                    continue
+                yield cell, name, value
+                todo.append(_function_of(value))
+
+    def _search_containers(self, sources, names, code, paths) -> None:
+        """Sources for lifted tensors not read directly: items of lists, tuples and dicts read
+        from globals, cells and modules (two levels), then the parameters, buffers and tensor
+        attributes of every module read (``for p in self.parameters()``)."""
+        missing = {tid for tid in self.lifted if tid not in sources}
+        if not missing:
+            return
+        containers = [(expr, value) for expr, value in _direct_values(self, code)
+                      if isinstance(value, (list, tuple, dict))]
+        for _ in range(2):
+            deeper = []
+            for expr, value in containers:
+                items = value.items() if isinstance(value, dict) else enumerate(value)
+                for key, item in items:
+                    item_expr = f"{expr}[{key!r}]"
+                    if isinstance(item, torch.Tensor) and id(item) in missing:
+                        sources[id(item)] = item_expr
+                        names.setdefault(id(item), f"{_label(expr)}_{key}")
+                        missing.discard(id(item))
+                    elif isinstance(item, (list, tuple, dict)):
+                        deeper.append((item_expr, item))
+            containers = deeper
+        owners = {id(o): o for o, *_ in self.reads.values()}
+        if isinstance(self.fn, _Module):
+            owners.setdefault(id(self.fn), self.fn)
+        for owner in list(owners.values()):
+            for m in owner.modules():
+                d = _object_getattribute(m, "__dict__")
+                for store in ("_parameters", "_buffers"):
+                    for name, t in d[store].items():
+                        if t is not None and id(t) in missing:
+                            sources[id(t)] = f"{code.const(m, 'm')}.{store}[{name!r}]"
+                            names.setdefault(id(t), _join(paths.get(id(m), type(m).__name__.lower()), name))
+                            missing.discard(id(t))
+
+
+class Guard:
+    """The compiled check of one trace's state: ``guard(leaves)`` returns the state tensors
+    to pass after the arguments, or None when the trace no longer applies."""
+
+    def __init__(self, code: _Code, state: list):
+        self.source = code.source()
+        self.proxies = state
+        namespace = {"tensor_key": tensor_key, "same_items": same_items, **code.consts}
+        exec(compile(self.source, "<primtrace guard>", "exec"), namespace)  # noqa: S102
+        self.check = namespace["guard"]
+
+    def __repr__(self):
+        return f"<primtrace guard over {len(self.proxies)} state tensor(s)>"
+
+
+def _function_of(obj):
+    """The Python function behind a callable (a bound method's, a module's forward)."""
+    if isinstance(obj, _Module):
+        obj = type(obj).forward
+    return getattr(obj, "__func__", obj)
+
+
+def _direct_values(recorder, code):
+    for owner, store, name, value in recorder.reads.values():
+        if store == "__dict__" and name not in _MACHINERY:
+            yield f"{code.const(owner, 'm')}.__dict__[{name!r}]", value
+    for g, name, value in recorder._global_reads():
+        yield f"{code.const(g, 'g')}[{name!r}]", value
+    for cell, name, value in recorder._closure_reads():
+        yield f"{code.const(cell, 'c')}.cell_contents", value
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}_{name}" if path else name
+
+
+def _label(expr: str) -> str:
+    return expr.rsplit("[", 1)[-1].strip("]'\"") or "item"

@@ -1,0 +1,257 @@
+"""State a jitted function reads besides its arguments: parameters, buffers, tensors and
+Python values in modules, globals and closures are read again on every call, and a change
+is seen (by a guard and a recompile) instead of returning a stale result."""
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import primtrace
+from primtrace.tracer import TracingError
+
+pytestmark = pytest.mark.filterwarnings("ignore::primtrace.OpaqueOpWarning")
+
+
+class Block(nn.Module):
+    def __init__(self, dropout=0.5):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(6, 8), nn.Linear(8, 3)
+        self.drop = nn.Dropout(dropout)
+        self.register_buffer("shift", torch.zeros(3))
+        self.scale = 1.5
+
+    def forward(self, x):
+        return (self.fc2(self.drop(F.gelu(self.fc1(x)))) + self.shift) * self.scale
+
+
+def pair(module):
+    """A module and an identical copy for eager to run."""
+    return module, copy.deepcopy(module)
+
+
+def check(jm, eager, x, grads=True):
+    torch.manual_seed(0)
+    got = jm(x)
+    torch.manual_seed(0)
+    expected = eager(x)
+    torch.testing.assert_close(got, expected)
+    assert got.requires_grad == expected.requires_grad
+    if grads and expected.requires_grad:
+        got.square().sum().backward()
+        expected.square().sum().backward()
+        ours = dict(jm.named_parameters())
+        for name, p in eager.named_parameters():
+            if p.grad is None:
+                assert ours[name].grad is None, name
+                continue
+            assert ours[name].grad is not None, name
+            torch.testing.assert_close(ours[name].grad, p.grad, msg=name)
+            ours[name].grad, p.grad = None, None
+
+
+def test_parameters_are_inputs_and_get_gradients():
+    m, eager = pair(Block(dropout=0.0))
+    jm = primtrace.jit(m)
+    check(jm, eager, torch.randn(4, 6))
+    trace = primtrace.last_traces(jm)[0]
+    assert [p.name for p in trace.inputs] == ["x", "fc1_weight", "fc1_bias", "fc2_weight",
+                                              "fc2_bias", "shift"]
+
+
+@pytest.mark.parametrize("change", [
+    "eval", "train_again", "reassign_parameter", "attribute", "inplace_update", "buffer_rebind",
+    "replace_submodule", "forward_hook", "requires_grad_off"])
+def test_state_changes_after_the_first_call_are_seen(change):
+    m, eager = pair(Block())
+    jm = primtrace.jit(m)
+    x = torch.randn(4, 6)
+    check(jm, eager, x)
+    for module in (m, eager):
+        torch.manual_seed(1)
+        if change == "eval":
+            module.eval()
+        elif change == "train_again":
+            module.eval()
+            module.train()
+        elif change == "reassign_parameter":
+            module.fc1.weight = nn.Parameter(torch.randn(8, 6))
+        elif change == "attribute":
+            module.scale = 3.0
+        elif change == "inplace_update":
+            with torch.no_grad():
+                module.fc2.weight.mul_(2)
+                module.shift.add_(1)
+        elif change == "buffer_rebind":
+            module.shift = torch.full((3,), 2.0)
+        elif change == "replace_submodule":
+            module.fc2 = nn.Linear(8, 3)
+        elif change == "forward_hook":
+            module.fc1.register_forward_hook(lambda mod, inp, out: out * 2)
+        elif change == "requires_grad_off":
+            module.fc1.requires_grad_(False)
+    check(jm, eager, x)
+    if change == "eval":
+        torch.testing.assert_close(jm(x), jm(x))    # dropout is off
+
+
+def test_switching_between_train_and_eval_reuses_both_compiles():
+    m = Block()
+    jm = primtrace.jit(m)
+    x = torch.randn(4, 6)
+    for mode in (True, False, True, False):
+        m.train(mode)
+        jm(x)
+    info = primtrace.cache_info(jm)
+    assert (info.misses, info.hits) == (2, 2)
+
+
+def test_jit_of_a_module_forwards_attributes_to_it():
+    m = Block()
+    jm = primtrace.jit(m)
+    assert jm.eval() is m and not m.training
+    assert list(jm.parameters()) == list(m.parameters())
+    with pytest.raises(TypeError, match="function or an nn.Module, got int"):
+        primtrace.jit(42)
+
+
+W = torch.randn(5)
+SCALE = 2.0
+
+
+def uses_globals(x):
+    return x * W + SCALE
+
+
+def test_rebinding_globals_is_seen():
+    global W, SCALE
+    jf = primtrace.jit(uses_globals)
+    x = torch.randn(5)
+    torch.testing.assert_close(jf(x), uses_globals(x))
+    old = W, SCALE
+    try:
+        W = torch.randn(5)
+        torch.testing.assert_close(jf(x), uses_globals(x))
+        SCALE = -1.0
+        torch.testing.assert_close(jf(x), uses_globals(x))
+    finally:
+        W, SCALE = old
+
+
+def test_rebinding_a_closure_variable_is_seen():
+    w, k = torch.randn(3), 2
+
+    def f(x):
+        return x * w + k
+    jf = primtrace.jit(f)
+    x = torch.randn(3)
+    torch.testing.assert_close(jf(x), f(x))
+    w, k = torch.randn(3), 5
+    torch.testing.assert_close(jf(x), f(x))
+
+
+def helper_scale():
+    return SCALE * 2     # never calls torch: found through the caller's globals
+
+
+def uses_helper(x):
+    return x * helper_scale()
+
+
+def test_globals_of_helpers_that_never_call_torch_are_guarded_too():
+    global SCALE
+    jf = primtrace.jit(uses_helper)
+    x = torch.randn(3)
+    torch.testing.assert_close(jf(x), uses_helper(x))
+    old, SCALE = SCALE, 7.0
+    try:
+        torch.testing.assert_close(jf(x), uses_helper(x))
+    finally:
+        SCALE = old
+
+
+class Config:
+    def __init__(self):
+        self.clip, self.activation = 1.0, "tanh"
+
+
+CONFIG = Config()
+
+
+def uses_config(x):
+    y = x.clamp(-CONFIG.clip, CONFIG.clip)
+    return torch.tanh(y) if CONFIG.activation == "tanh" else torch.relu(y)
+
+
+def test_attributes_of_a_global_config_object_are_guarded():
+    jf = primtrace.jit(uses_config)
+    x = 3 * torch.randn(6)
+    torch.testing.assert_close(jf(x), uses_config(x))
+    CONFIG.clip, CONFIG.activation = 2.0, "relu"
+    try:
+        torch.testing.assert_close(jf(x), uses_config(x))
+    finally:
+        CONFIG.clip, CONFIG.activation = 1.0, "tanh"
+
+
+def test_module_lists_and_tied_weights():
+    class Stack(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList(nn.Linear(4, 4) for _ in range(3))
+            self.head = nn.Linear(4, 4)
+            self.head.weight = self.layers[0].weight    # tied
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = torch.tanh(layer(x))
+            return self.head(x)
+    m, eager = pair(Stack())
+    jm = primtrace.jit(m)
+    x = torch.randn(2, 4)
+    check(jm, eager, x)
+    for module in (m, eager):
+        torch.manual_seed(3)
+        module.layers[1] = nn.Linear(4, 4)
+    check(jm, eager, x)
+
+
+def test_gradients_of_inputs_are_state_read_per_call():
+    def sgd_step(params, lr):
+        with torch.no_grad():
+            for p in params:
+                p.sub_(p.grad * lr)
+    params = [torch.randn(3, requires_grad=True) for _ in range(2)]
+    ref = [p.detach().clone().requires_grad_() for p in params]
+    step = primtrace.jit(sgd_step)
+    for i in range(3):
+        for p, r in zip(params, ref):
+            p.grad = torch.full((3,), float(i + 1))
+            r.grad = p.grad.clone()
+        step(params, 0.1)
+        sgd_step(ref, 0.1)
+        for p, r in zip(params, ref):
+            torch.testing.assert_close(p, r, rtol=0, atol=0)
+
+
+def test_python_side_effects_while_tracing_raise_and_leave_the_module_as_it_was():
+    class Caching(nn.Module):
+        def forward(self, x):
+            self.last = x * 2          # a proxy must not outlive the trace
+            return self.last
+    m = Caching()
+    with pytest.raises(TracingError, match="Caching.last was assigned while tracing"):
+        primtrace.jit(m)(torch.randn(2))
+    assert not hasattr(m, "last")
+
+
+def test_backward_inside_a_jitted_function_is_a_clear_error():
+    lin = nn.Linear(3, 1)
+
+    def step(x):
+        loss = lin(x).sum()
+        loss.backward()
+        return loss
+    with pytest.raises(TracingError, match="backward outside"):
+        primtrace.jit(step)(torch.randn(2, 3))
