@@ -31,6 +31,26 @@ def _int_div(a, b):
     return torch.div(a, b, rounding_mode="trunc")
 
 
+def _maximum(a, b):
+    """torch.maximum, but a +-0 tie gives the first operand at every size for floats.
+
+    Why: TensorIterator's SIMD loop returns the second operand on a tie, its scalar loop
+    the first, so eager's result depended on the tensor's size; the fused kernels return
+    the first, which is also what torch.clamp keeps (clamp(-0.0, min=0.0) is -0.0). NaN in
+    either operand propagates, as torch.maximum's; torch.where keeps it differentiable
+    (a tie's gradient goes to the first operand, as clamp's does)."""
+    if a.dtype.is_floating_point:
+        return torch.where((a >= b) | (a != a), a, b)
+    return torch.maximum(a, b)
+
+
+def _minimum(a, b):
+    """torch.minimum with the first operand on +-0 ties for floats (see _maximum)."""
+    if a.dtype.is_floating_point:
+        return torch.where((a <= b) | (a != a), a, b)
+    return torch.minimum(a, b)
+
+
 # name, torch implementation, accepted categories, result dtype
 UNARY = [
     ("abs", torch.abs, NUMERIC, "real"),
@@ -111,8 +131,8 @@ BINARY = [
     ("hypot", torch.hypot, FLOATING, "same"),
     ("copysign", torch.copysign, FLOATING, "same"),
     ("nextafter", torch.nextafter, FLOATING, "same"),
-    ("maximum", torch.maximum, REAL, "same"),
-    ("minimum", torch.minimum, REAL, "same"),
+    ("maximum", _maximum, REAL, "same"),
+    ("minimum", _minimum, REAL, "same"),
     ("fmax", torch.fmax, REAL, "same"),
     ("fmin", torch.fmin, REAL, "same"),
     ("bitwise_and", torch.bitwise_and, INTEGRAL, "same"),
