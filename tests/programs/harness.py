@@ -113,17 +113,17 @@ def _bert(attention):
 
 
 CASES = [
-    Case("mlp", lambda p: models.MLP(models.MLPConfig(dropout=p)), mlp_inputs, mlp_alt_inputs,
+    Case("mlp", lambda p: models.MLP(models.MLPConfig(dropout=p, input_noise=p)), mlp_inputs, mlp_alt_inputs,
          attr=("scale", 3.0), glob=("MLP_OUT_SHIFT", lambda: torch.linspace(-1.0, 1.0, 8)),
          param="fc2.weight", buffer_update=lambda m: m.input_mean.add_(0.5)),
     Case("convnet", lambda p: models.ConvNet(models.ConvNetConfig(dropout=p)), conv_inputs, conv_alt_inputs,
          attr=("temperature", 2.5), glob=("IMAGE_MEAN", lambda: torch.tensor([0.1, 0.5, 0.9]).view(3, 1, 1)),
          param="fc.weight", buffer_update=_bn_update, has_batchnorm=True),
-    Case("gpt_sdpa", lambda p: models.GPTBlock(models.GPTConfig(dropout=p, use_sdpa=True)),
+    Case("gpt_sdpa", lambda p: models.GPTBlock(models.GPTConfig(dropout=p, use_sdpa=True, drop_path=p)),
          seq_inputs, seq_alt_inputs,
          attr=("attn.scale", 0.05), glob=("RESIDUAL_SCALE", lambda: 0.5),
          param="attn.c_proj.weight", buffer_update=None),
-    Case("gpt_explicit", lambda p: models.GPTBlock(models.GPTConfig(dropout=p, use_sdpa=False)),
+    Case("gpt_explicit", lambda p: models.GPTBlock(models.GPTConfig(dropout=p, use_sdpa=False, drop_path=p)),
          seq_inputs, seq_alt_inputs,
          attr=("attn.scale", 0.05), glob=("RESIDUAL_SCALE", lambda: 0.5),
          param="attn.c_proj.weight", buffer_update=lambda m: m.attn.bias.fill_(1.0)),

@@ -38,6 +38,7 @@ class MLPConfig:
     d_out: int = 8
     dropout: float = 0.1
     activation: str = "gelu"
+    input_noise: float = 0.0  # std of Gaussian noise added to the inputs in training
 
 
 class MLP(nn.Module):
@@ -53,6 +54,8 @@ class MLP(nn.Module):
 
     def forward(self, x, residual=None):
         x = x - self.input_mean
+        if self.training and self.config.input_noise > 0:
+            x = x + torch.randn_like(x) * self.config.input_noise
         h = self.drop(self.act(self.fc1(x)))
         out = x.new_zeros(x.shape[:-1] + (self.fc2.out_features,))
         out += self.fc2(h)
@@ -99,7 +102,27 @@ class ConvNet(nn.Module):
         return self.fc(x) / self.temperature
 
 
-# --- 3. GPT block (nanoGPT style) ------------------------------------------------------------
+# --- 3. GPT block (nanoGPT style, with timm's stochastic depth) ------------------------------
+def drop_path(x, drop_prob: float = 0.0, training: bool = False, scale_by_keep: bool = True):
+    """Drop whole residual branches per sample (timm's ``drop_path``)."""
+    if drop_prob == 0.0 or not training:
+        return x
+    keep_prob = 1 - drop_prob
+    shape = (x.shape[0],) + (1,) * (x.ndim - 1)
+    random_tensor = x.new_empty(shape).bernoulli_(keep_prob)
+    if keep_prob > 0.0 and scale_by_keep:
+        random_tensor.div_(keep_prob)
+    return x * random_tensor
+
+
+class DropPath(nn.Module):
+    def __init__(self, drop_prob: float = 0.0):
+        super().__init__()
+        self.drop_prob = drop_prob
+
+    def forward(self, x):
+        return drop_path(x, self.drop_prob, self.training)
+
 @dataclass
 class GPTConfig:
     block_size: int = 16
@@ -108,6 +131,7 @@ class GPTConfig:
     dropout: float = 0.1
     bias: bool = True
     use_sdpa: bool = True
+    drop_path: float = 0.0
 
 
 class CausalSelfAttention(nn.Module):
@@ -168,10 +192,11 @@ class GPTBlock(nn.Module):
         self.attn = CausalSelfAttention(config)
         self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.mlp = GPTMLP(config)
+        self.drop_path = DropPath(config.drop_path) if config.drop_path > 0.0 else nn.Identity()
 
     def forward(self, x):
-        x = x + RESIDUAL_SCALE * self.attn(self.ln_1(x))
-        x = x + RESIDUAL_SCALE * self.mlp(self.ln_2(x))
+        x = x + RESIDUAL_SCALE * self.drop_path(self.attn(self.ln_1(x)))
+        x = x + RESIDUAL_SCALE * self.drop_path(self.mlp(self.ln_2(x)))
         return x
 
 

@@ -30,20 +30,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::primtrace.OpaqueOpWarning")
 
 modes = pytest.mark.parametrize("mode", MODES)
 
-# Marked slow (`-m "not slow"` is the quick subset): checks whose mechanism another case
-# already covers. gpt_sdpa and bert_mha differ from gpt_explicit and bert_manual only in the
-# attention op (sdpa, nn.MultiheadAttention): they keep the value and grad checks in the quick
-# subset; llama's state-change checks repeat what mlp, convnet, gpt_explicit and bert_manual
-# check; eval-mode grads differ from train-mode ones (dropout p=0) only through BatchNorm.
-SLOW_VARIANTS = {"gpt_sdpa", "bert_mha"}
-SLOW_STATE = SLOW_VARIANTS | {"llama"}
-SLOW_EVAL_GRADS = {c.name for c in CASES if not c.has_batchnorm}
-
-
-def over_cases(slow=(), where=lambda case: True):
-    return pytest.mark.parametrize("case", [
-        pytest.param(c, id=c.name, marks=[pytest.mark.slow] if c.name in slow else [])
-        for c in CASES if where(c)])
+def over_cases(where=lambda case: True):
+    return pytest.mark.parametrize("case", [pytest.param(c, id=c.name) for c in CASES if where(c)])
 
 
 cases = over_cases()
@@ -87,7 +75,7 @@ def test_eval_output_no_grad(case, mode):
 
 
 @modes
-@over_cases(SLOW_VARIANTS)
+@cases
 def test_second_input_kind(case, mode):
     """Other shapes, and optional arguments given / left to their None default."""
     eager, model = make_pair(case, dropout=0.1)
@@ -101,9 +89,8 @@ def test_second_input_kind(case, mode):
 
 # --- autograd and training -------------------------------------------------------------------
 @modes
-@pytest.mark.parametrize("case,train", [
-    pytest.param(c, t, id=f"{t}-{c.name}", marks=[pytest.mark.slow] if t == "eval" and c.name in SLOW_EVAL_GRADS else [])
-    for t in ("train", "eval") for c in CASES])
+@cases
+@pytest.mark.parametrize("train", ["train", "eval"])
 def test_grads(case, mode, train):
     """Output (requires_grad included) and every parameter's grad; in train mode (dropout
     p=0) also the buffers (BatchNorm's running stats) after the call."""
@@ -122,7 +109,7 @@ def test_grads(case, mode, train):
 
 
 @modes
-@over_cases(SLOW_VARIANTS)
+@cases
 def test_grad_call_after_no_grad_call(case, mode):
     """A validation pass under no_grad, then a training call: output and grads as eager's."""
     eager, model = make_pair(case, dropout=0.0)
@@ -139,7 +126,7 @@ def test_grad_call_after_no_grad_call(case, mode):
 
 
 @modes
-@over_cases(SLOW_VARIANTS)
+@cases
 def test_sgd_5_steps(case, mode):
     """5 SGD steps through the compiled model: losses, parameters and buffers as eager's."""
     eager, model = make_pair(case, dropout=0.0)
@@ -162,7 +149,7 @@ def test_sgd_5_steps(case, mode):
 
 # --- dropout ---------------------------------------------------------------------------------
 @modes
-@over_cases(SLOW_VARIANTS)
+@cases
 def test_train_dropout_seeded_matches_eager(case, mode):
     """Train mode, dropout p=0.25: with the RNG seeded alike, the masks (so outputs) match eager's."""
     eager, model = make_pair(case, dropout=0.25)
@@ -176,7 +163,7 @@ def test_train_dropout_seeded_matches_eager(case, mode):
 
 
 @modes
-@over_cases(SLOW_VARIANTS)
+@cases
 def test_eval_train_toggle(case, mode):
     """First call in train mode; model.eval() stops dropout; model.train() starts it again."""
     eager, model = make_pair(case, dropout=0.25)
@@ -240,7 +227,7 @@ def check_change(case, mode, change):
 
 
 @modes
-@over_cases(SLOW_STATE)
+@cases
 def test_attribute_change(case, mode):
     path, value = case.attr
 
@@ -251,14 +238,14 @@ def test_attribute_change(case, mode):
 
 
 @modes
-@over_cases(SLOW_STATE)
+@cases
 def test_global_rebind(case, mode, monkeypatch):
     name, factory = case.glob
     check_change(case, mode, lambda *ms: monkeypatch.setattr(models, name, factory()))
 
 
 @modes
-@over_cases(SLOW_STATE)
+@cases
 def test_parameter_reassignment(case, mode):
     def change(*ms):
         for m in ms:
@@ -269,7 +256,7 @@ def test_parameter_reassignment(case, mode):
 
 
 @modes
-@over_cases(SLOW_STATE)
+@cases
 def test_inplace_parameter_update(case, mode):
     def change(*ms):
         with torch.no_grad():
@@ -279,7 +266,7 @@ def test_inplace_parameter_update(case, mode):
 
 
 @modes
-@over_cases(SLOW_STATE, where=lambda c: c.buffer_update is not None)
+@over_cases(where=lambda c: c.buffer_update is not None)
 def test_inplace_buffer_update(case, mode):
     def change(*ms):
         with torch.no_grad():
