@@ -40,14 +40,14 @@ def _maximum(a, b):
     either operand propagates, as torch.maximum's; torch.where keeps it differentiable
     (a tie's gradient goes to the first operand, as clamp's does)."""
     if a.dtype.is_floating_point:
-        return torch.where((a >= b) | (a != a), a, b)
+        return torch.where((a >= b) | a.isnan(), a, b)
     return torch.maximum(a, b)
 
 
 def _minimum(a, b):
     """torch.minimum with the first operand on +-0 ties for floats (see _maximum)."""
     if a.dtype.is_floating_point:
-        return torch.where((a <= b) | (a != a), a, b)
+        return torch.where((a <= b) | a.isnan(), a, b)
     return torch.minimum(a, b)
 
 

@@ -66,6 +66,18 @@ class Scalar:
 
 
 @dataclass
+class Alias:
+    """Two region inputs the launcher checks for shared memory: `written` is stored in place,
+    `other` is read or written too. `eager`: `other` is an operand of the in-place op, so a
+    partial overlap is eager's error; `strict`: even the identical view is unsafe (both are
+    written, or `other` is read after the write)."""
+    written: int
+    other: int
+    eager: bool
+    strict: bool
+
+
+@dataclass
 class Line:
     var: str
     expr: str
@@ -87,6 +99,7 @@ class Plan:
     numel: int = 0
     summary: list = field(default_factory=list)  # "in0 = a: f16[1024]" lines for the header
     returns: list = field(default_factory=list)  # per region output: ("new", k) | ("input", j)
+    aliases: list = field(default_factory=list)  # Alias pairs the launcher checks at run time
 
     def signature_text(self) -> str:
         return "\n".join(self.summary)
@@ -396,7 +409,81 @@ class _Analyzer:
             plan.summary.append(f"{store.name} = {dst.name}: {dtype_text(dst)}, written in place"
                                 + (f" (as {store.shares.name})" if store.shares else ""))
         plan.numel = math.prod(plan.shape)
+        if plan.numel > 0:
+            plan.aliases = self.aliases()
         return plan
+
+    # aliasing: what the launcher must check when inputs share memory
+    def _through_views(self, p):
+        """(p, node): `p` followed back through conversions and broadcasts to a region input
+        (node None) or to the node computing it."""
+        while p.name not in self.input_pos:
+            node = self.producer.get(p.name)
+            if node is None or node.symbol.name not in ("convert_element_type", "broadcast_in_dim"):
+                return p, node
+            p = node_args(node)[0]
+        return p, None
+
+    def _eager_operands(self, write) -> set:
+        """Inputs eager checks against the written tensor of `write` (a copy_to): the source
+        of a copy_, or the other operands of an in-place op (a prim reading the destination)."""
+        dst, src = node_args(write)
+        if not isinstance(src, TensorProxy):
+            return set()
+        p, node = self._through_views(src)
+        memory = {self.resolve(p)}           # an input, or one written in place (y.add_(1))
+        if node is not None and node.symbol.name != "copy_to":
+            memory = {self.resolve(self._through_views(a)[0]) for a in node_args(node)
+                      if isinstance(a, TensorProxy)}
+            if self.resolve(dst) not in memory:
+                return set()   # copy_(expr) or out=: a computed value, eager reads a temporary
+        return memory - {None}
+
+    def aliases(self) -> list:
+        """The pairs of inputs that one kernel gets wrong if their memory overlaps: each
+        input written in place against every other input the kernel reads or writes."""
+        nodes, pos_of = self.region.nodes, self.input_pos
+        writes: dict = {}         # input position -> copy_to nodes into it, in order
+        last_read: dict = {}      # input position -> index of the last node reading it
+        for i, node in enumerate(nodes):
+            args = node_args(node)
+            if node.symbol.name == "copy_to":
+                target = self.resolve(args[0])
+                if target is not None:
+                    writes.setdefault(target, []).append(node)
+                args = args[1:]
+            for a in args:
+                if isinstance(a, TensorProxy):
+                    a = self._through_broadcasts(a)
+                    if a.name in pos_of:
+                        last_read[pos_of[a.name]] = i
+        first_write = {j: nodes.index(w[0]) for j, w in writes.items()}
+        tensors = {load.index for load in self.plan.loads} | {
+            s.input for s in self.plan.scalars
+            if s.input is not None and isinstance(self.region.inputs[s.input], TensorProxy)}
+        eager = {j: set().union(*map(self._eager_operands, w)) for j, w in writes.items()}
+        pairs = []
+        for j in sorted(writes):
+            for k in sorted(tensors | set(writes)):
+                if k == j or (k in writes and k < j):
+                    continue
+                if k in writes and j in eager[k]:
+                    pairs.append(Alias(k, j, True, True))   # both written: one check, eager's way
+                    continue
+                strict = k in writes or last_read.get(k, -1) > first_write[j]
+                is_load = any(load.index == k for load in self.plan.loads)
+                if strict or k in eager[j] or is_load:   # (a 0-dim CPU tensor is read before)
+                    pairs.append(Alias(j, k, k in eager[j], strict))
+        return pairs
+
+    def _through_broadcasts(self, p):
+        """A broadcast is a view: reading it is reading its input."""
+        while p.name not in self.input_pos:
+            node = self.producer.get(p.name)
+            if node is None or node.symbol.name != "broadcast_in_dim":
+                return p
+            p = node_args(node)[0]
+        return p
 
 
 def _iter_strides(p, imap, shape) -> tuple:
@@ -405,6 +492,76 @@ def _iter_strides(p, imap, shape) -> tuple:
         if d is not None:
             strides[d] += p.stride()[k]
     return tuple(strides)
+
+
+# --- the launcher's run-time overlap check ------------------------------------------------------
+def extent_bytes(p) -> int:
+    """Bytes from a tensor's first element to the end of its last (its strides are >= 0)."""
+    if math.prod(p.shape) == 0:
+        return 0
+    return (1 + sum((n - 1) * s for n, s in zip(p.shape, p.stride()))) * p.dtype.itemsize
+
+
+def alias_check_lines(plan: Plan, region, env: dict) -> list[str]:
+    """Launcher lines checking `plan.aliases`; `a<j>` then holds ``i<j>.data_ptr()``.
+
+    Why at run time: proxies have no memory, so whether ``x[1:]`` and ``x[:-1]`` overlap is
+    known only when the launcher sees the tensors. Shapes and strides are fixed per trace,
+    so the fast path is two address comparisons per pair against constant extents; only
+    operands whose byte ranges intersect (views of one storage) reach :func:`aliased`."""
+    if not plan.aliases:
+        return []
+    env["aliased"], env["unfused"] = aliased, unfused(region)
+    used = sorted({p for a in plan.aliases for p in (a.written, a.other)})
+    lines = [f"    a{j} = i{j}.data_ptr()" for j in used]
+    lines.append("    unsafe = False")
+    for a in plan.aliases:
+        w, o = a.written, a.other
+        ew, eo = extent_bytes(region.inputs[w]), extent_bytes(region.inputs[o])
+        lines.append(f"    if a{o} < a{w} + {ew} and a{w} < a{o} + {eo}:")
+        lines.append(f"        unsafe = aliased(i{w}, i{o}, {a.eager}, {a.strict}) or unsafe")
+    args = ", ".join(f"i{j}" for j in range(len(region.inputs)))
+    lines += ["    if unsafe:", f"        return unfused({args})"]
+    return lines
+
+
+def aliased(written, other, eager: bool, strict: bool) -> bool:
+    """The slow path for two operands whose byte ranges intersect: raise eager's error if
+    `other` is an operand of the in-place op and partially overlaps `written` (the check of
+    ``refs.out.check_overlap``, on the real tensors); otherwise, whether one kernel could
+    read memory another element's store already changed (anything but the identical view,
+    which reads and writes each element at the same address, unless `strict`)."""
+    identical = (written.data_ptr() == other.data_ptr() and written.shape == other.shape
+                 and written.stride() == other.stride()
+                 and written.element_size() == other.element_size())
+    if identical and not strict:
+        return False      # full overlap: eager allows it, the kernel reads before it writes
+    if eager:
+        from primtrace.refs.out import check_overlap   # executors do not import refs at load
+        check_overlap(written, (other,))
+    return True
+
+
+def unfused(region):
+    """The region's prims run one by one by torch, in trace order: what the launcher does
+    when its operands alias in a way one kernel cannot honour (``y[1:] += y[:-1] * 2``
+    reads the old ``y[:-1]`` through a temporary in eager; a kernel would read new values)."""
+    def run(*values):
+        env = {p.name: v for p, v in zip(region.inputs, values)}
+
+        def value(x):
+            if isinstance(x, Proxy):
+                return env[x.name]
+            if type(x) in (tuple, list):
+                return type(x)(value(y) for y in x)
+            return x
+        for node in region.nodes:
+            out = node.symbol(*value(node.args), **{k: value(v) for k, v in node.kwargs.items()})
+            outs = node.output_proxies
+            for p, v in zip(outs, out if len(outs) > 1 else (out,)):
+                env[p.name] = v
+        return tuple(env[p.name] for p in region.outputs)
+    return run
 
 
 def returns_text(plan: Plan) -> str:

@@ -12,6 +12,9 @@ The launcher allocates new outputs with ``torch.empty_strided`` in the layout th
 functions chose (channels_last in, channels_last out), passes ``data_ptr()`` of every
 tensor, Python numbers and ``item()`` of 0-dim CPU tensors as scalars, and raises eager's
 ``RuntimeError("ZeroDivisionError")`` when the kernel counted an integer division by zero.
+A launcher that writes an input in place first checks that input against the others it
+reads or writes (``codegen.alias_check_lines``: eager's overlap error, or the region's
+prims run unfused when one kernel would read values another element already wrote).
 """
 from __future__ import annotations
 
@@ -203,6 +206,8 @@ def launcher_source(plan: Plan, region, variant: str, fn_name: str) -> tuple[str
     args = [f"i{j}" for j in range(nin)]
     env = {"torch": torch, "empty_strided": torch.empty_strided, "huge_pages": huge_pages}
     lines = [f"def {fn_name}({', '.join(args)}):"]
+    lines += codegen.alias_check_lines(plan, region, env)
+    addresses = {a.written for a in plan.aliases} | {a.other for a in plan.aliases}
     for s in plan.stores:
         if s.into_input is None:
             p = region.outputs[s.output]
@@ -217,11 +222,11 @@ def launcher_source(plan: Plan, region, variant: str, fn_name: str) -> tuple[str
         if len(plan.sizes) > 1:
             call += [str(x) for x in blocks(plan, variant)]
         for op in codegen.memory_operands(plan):
-            if isinstance(op, Store):
-                tensor = f"o{op.output}" if op.into_input is None else f"i{op.into_input}"
+            j = op.into_input if isinstance(op, Store) else op.index
+            if j in addresses:
+                call.append(f"a{j}")   # read by the overlap check already
             else:
-                tensor = f"i{op.index}"
-            call.append(f"{tensor}.data_ptr()")
+                call.append(f"{f'o{op.output}' if j is None else f'i{j}'}.data_ptr()")
             call += [str(v) for _, v in codegen.runtime_strides(op)]
         for s in plan.scalars:
             if s.input is not None:

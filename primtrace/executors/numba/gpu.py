@@ -17,8 +17,6 @@ standing in for CUDA ones and hands the simulator NumPy views of them.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
 from primtrace.executors.numba import cache, codegen, lowering
@@ -166,12 +164,6 @@ def render_kernel(plan: Plan) -> str:
 
 
 # --- launching ------------------------------------------------------------------------------------
-def _extent(p) -> int:
-    if math.prod(p.shape) == 0:
-        return 0
-    return 1 + sum((n - 1) * s for n, s in zip(p.shape, p.stride()))
-
-
 def _flat(t: torch.Tensor, extent: int):
     """A flat view of `t`'s memory from its first element (bf16 as int16)."""
     if t.dtype is torch.bfloat16:
@@ -202,6 +194,7 @@ def launcher_source(plan: Plan, region, fn_name: str) -> tuple[str, dict]:
     nin = len(region.inputs)
     env = {"torch": torch, "empty_strided": torch.empty_strided, "flat": _flat}
     lines = [f"def {fn_name}({', '.join(f'i{j}' for j in range(nin))}):"]
+    lines += codegen.alias_check_lines(plan, region, env)   # in-place writes vs aliases
     for s in plan.stores:
         if s.into_input is None:
             p = region.outputs[s.output]
@@ -216,7 +209,7 @@ def launcher_source(plan: Plan, region, fn_name: str) -> tuple[str, dict]:
                     (f"i{j}", region.inputs[j])
             else:
                 tensor, proxy = f"i{op.index}", op.proxy
-            call.append(f"flat({tensor}, {_extent(proxy)})")
+            call.append(f"flat({tensor}, {codegen.extent_bytes(proxy) // proxy.dtype.itemsize})")
             call += [str(v) for _, v in codegen.runtime_strides(op)]
         if plan.zero_division:
             lines.append("    err = flag()")
