@@ -21,3 +21,7 @@ def quiet_structured_trace():
     yield
     trace_log.disabled = disabled
 
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: a program check whose mechanism a quicker case already covers")

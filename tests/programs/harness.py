@@ -97,14 +97,9 @@ class Case:
     attr: tuple                           # (dotted path of a plain attribute read in forward, new value)
     glob: tuple                           # (name of a global in models read in forward, new-value factory)
     param: str                            # dotted path of a parameter
-    buffer_update: Callable | None        # in-place update of a buffer (under no_grad)
+    submodule: str                        # dotted path of an nn.Linear submodule
+    buffer: tuple | None                  # (dotted path of a buffer, in-place update of it)
     has_batchnorm: bool = False
-
-
-def _bn_update(m):
-    bn = m.features[1]
-    bn.running_mean.add_(0.25)
-    bn.running_var.mul_(4.0)
 
 
 def _bert(attention):
@@ -115,30 +110,30 @@ def _bert(attention):
 CASES = [
     Case("mlp", lambda p: models.MLP(models.MLPConfig(dropout=p, input_noise=p)), mlp_inputs, mlp_alt_inputs,
          attr=("scale", 3.0), glob=("MLP_OUT_SHIFT", lambda: torch.linspace(-1.0, 1.0, 8)),
-         param="fc2.weight", buffer_update=lambda m: m.input_mean.add_(0.5)),
+         param="fc2.weight", submodule="fc2", buffer=("input_mean", lambda b: b.add_(0.5))),
     Case("convnet", lambda p: models.ConvNet(models.ConvNetConfig(dropout=p)), conv_inputs, conv_alt_inputs,
          attr=("temperature", 2.5), glob=("IMAGE_MEAN", lambda: torch.tensor([0.1, 0.5, 0.9]).view(3, 1, 1)),
-         param="fc.weight", buffer_update=_bn_update, has_batchnorm=True),
+         param="fc.weight", submodule="fc", buffer=("features.1.running_var", lambda b: b.mul_(4.0)), has_batchnorm=True),
     Case("gpt_sdpa", lambda p: models.GPTBlock(models.GPTConfig(dropout=p, use_sdpa=True, drop_path=p)),
          seq_inputs, seq_alt_inputs,
          attr=("attn.scale", 0.05), glob=("RESIDUAL_SCALE", lambda: 0.5),
-         param="attn.c_proj.weight", buffer_update=None),
+         param="attn.c_proj.weight", submodule="mlp.c_proj", buffer=None),
     Case("gpt_explicit", lambda p: models.GPTBlock(models.GPTConfig(dropout=p, use_sdpa=False, drop_path=p)),
          seq_inputs, seq_alt_inputs,
          attr=("attn.scale", 0.05), glob=("RESIDUAL_SCALE", lambda: 0.5),
-         param="attn.c_proj.weight", buffer_update=lambda m: m.attn.bias.fill_(1.0)),
+         param="attn.c_proj.weight", submodule="mlp.c_proj", buffer=("attn.bias", lambda b: b.fill_(1.0))),
     Case("llama", lambda p: models.LlamaBlock(models.LlamaConfig(attention_dropout=p)),
          seq_inputs, llama_alt_inputs,
          attr=("self_attn.scaling", 0.1), glob=("RESIDUAL_SCALE", lambda: 0.5),
-         param="mlp.w2.weight", buffer_update=lambda m: m.rotary_emb.cos_cached.mul_(0.5)),
+         param="mlp.w2.weight", submodule="mlp.w2", buffer=("rotary_emb.cos_cached", lambda b: b.mul_(0.5))),
     Case("bert_manual", _bert("manual"), bert_inputs, bert_alt_inputs,
          attr=("embeddings.embed_scale", 2.0), glob=("RESIDUAL_SCALE", lambda: 0.5),
-         param="layer.output.weight",
-         buffer_update=lambda m: m.embeddings.position_ids.copy_(m.embeddings.position_ids.flip(-1))),
+         param="layer.output.weight", submodule="layer.output",
+         buffer=("embeddings.position_ids", lambda b: b.copy_(b.flip(-1)))),
     Case("bert_mha", _bert("torch"), bert_inputs, bert_alt_inputs,
          attr=("embeddings.embed_scale", 2.0), glob=("RESIDUAL_SCALE", lambda: 0.5),
-         param="layer.attention.in_proj_weight",
-         buffer_update=lambda m: m.embeddings.position_ids.copy_(m.embeddings.position_ids.flip(-1))),
+         param="layer.attention.in_proj_weight", submodule="layer.output",
+         buffer=("embeddings.position_ids", lambda b: b.copy_(b.flip(-1)))),
 ]
 
 
