@@ -492,10 +492,13 @@ MODEL: nn.Module | None = None
 OPTIMIZER: torch.optim.Optimizer | None = None
 
 
+def forward_loss(x, target):
+    return F.mse_loss(MODEL(x), target)
+
+
 def train_step(x, target):
     OPTIMIZER.zero_grad()
-    out = MODEL(x)
-    loss = F.mse_loss(out, target)
+    loss = forward_loss(x, target)
     loss.backward()
     OPTIMIZER.step()
     return loss.detach()
