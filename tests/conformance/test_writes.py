@@ -212,6 +212,20 @@ def test_adamw_written_with_copy_is_one_kernel_per_parameter():
     assert len(written) == 3 * len(shapes)   # p, m and v of each parameter, stored by its kernel
 
 
+@pytest.mark.parametrize("limit, kernels", [(1 << 16, 1), (16, 3)])
+def test_same_shape_updates_share_a_kernel_only_while_small(monkeypatch, limit, kernels):
+    """Updates of different parameters are independent: one loop over many of them saves
+    launches on small tensors, and costs memory streams on large ones."""
+    from primtrace.executors.numba import executor
+    monkeypatch.setattr(executor, "ORDER_MERGE_MAX_ELEMENTS", limit)
+    state = [[torch.rand(40) for _ in range(3)] for _ in range(4)]
+    jfn = primtrace.jit(adamw_copy)
+    with torch.no_grad():
+        jfn(*state, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=1e-2, step=3)
+    fused, others = _fused_nodes(jfn)
+    assert len(fused) == kernels and others == []
+
+
 @pytest.mark.parametrize("dst_dtype, src", [
     (torch.float16, torch.linspace(-70000, 70000, 12, dtype=torch.float64).reshape(3, 4)),
     (torch.int32, torch.tensor([[2.7, -2.7, 0.0, 1e3]], dtype=torch.float32)),
