@@ -247,7 +247,9 @@ class TensorProxy(Proxy, torch.Tensor):
 
     @property
     def is_leaf(self) -> bool:
-        return True  # a proxy stands for a value, not a node of an autograd graph
+        """As eager: a value that requires grad is a leaf only when it is an input that was
+        one (the tracer marks inputs with `_leaf`)."""
+        return self.__dict__.get("_leaf", not self._requires_grad)
 
     @property
     def layout(self):

@@ -189,9 +189,10 @@ def _call_ref(trace, func, target, args, kwargs):
     if bound is None:
         return NotImplemented
     scope = trace._scopes[-1]
+    recorded = len(scope)
     with _recording_constants(trace, not has_proxy(*bound)):
         result = ref(*bound[0], **bound[1])
-    if out is None and scope and scope[-1].outputs is result:
+    if out is None and len(scope) > recorded and scope[-1].outputs is result:
         scope[-1].call = (func, call_args, call_kwargs)  # what torch runs if autograd must
     if out is not None:
         from primtrace.refs.out import copy_to_out
@@ -459,15 +460,16 @@ def _acquire(fn, args, kwargs, name, numbers_as_constants: bool) -> TracingTrace
                                      numbers_as_constants, namer, tensors)
     trace.inputs, trace.input_structure = inputs, (pargs, pkwargs)
     trace.state = StateRecorder(fn, trace, tensors)
-    with tracing(trace), CaptureMode(trace), trace.state.recording():
-        out = fn(*pargs, **pkwargs)
-    trace.outputs = trace.resolve(out)
     try:
+        with tracing(trace), CaptureMode(trace), trace.state.recording():
+            out = fn(*pargs, **pkwargs)
+        trace.outputs = trace.resolve(out)
         guard = trace.state.finish(namer)
     except SideEffectError as e:
-        trace.state.undo_writes()
         raise TracingError(f"{e}\n  primtrace does not replay Python side effects: compute "
                            f"such values outside the jitted function") from None
+    finally:
+        trace.state.undo_writes()   # no proxy may outlive the trace in a module
     if guard is not None:
         trace.inputs = [*inputs, *guard.proxies]
         trace.tags["guard"] = guard

@@ -122,6 +122,7 @@ def proxify(trace, fn, args: tuple, kwargs: dict, numbers_as_constants: bool = F
     def wrap(x, name):
         if isinstance(x, _Tensor):
             p = trace.tensor(TensorSpec.of(x), name=namer(name), requires_grad=x.requires_grad)
+            p.__dict__["_leaf"] = x.is_leaf
             tensors.setdefault(id(x), (len(inputs), p, x))
             inputs.append(p)
             return p

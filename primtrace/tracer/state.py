@@ -265,6 +265,7 @@ class StateRecorder:
                 _original_setattr(owner, name, old)
             else:
                 _Module.__delattr__(owner, name)
+        self.writes.clear()
 
     def note_frames(self, frame) -> None:
         """Note the user's frames on the stack of a torch call (their code and globals)."""
@@ -293,6 +294,7 @@ class StateRecorder:
         if entry is None:   # a name no user input can have (renamed in finish)
             proxy = self.trace.tensor(TensorSpec.of(t), name=f"__pt_state{len(self.lifted)}",
                                       requires_grad=t.requires_grad)
+            proxy.__dict__["_leaf"] = t.is_leaf
             entry = self.lifted[id(t)] = (t, proxy)
         return entry[1]
 
