@@ -118,3 +118,14 @@ def test_opaque_outputs_get_the_layout_the_trace_assumed():
         got = jf(*args)
     torch.testing.assert_close(got, f(*args))
     assert "stride()" in primtrace.last_trace(jf).tags["python"]
+
+
+def test_a_call_that_returns_its_input_unchanged_does_not_replace_the_op_before_it(executors):
+    def f(x, w):
+        y = torch.sin(x * w)
+        return y.float() * 2, y.to(torch.float32)     # float32 already: no node of their own
+    x, w = torch.randn(5), torch.randn(5, requires_grad=True)
+    (got, got_grads), (exp, exp_grads) = _grads(primtrace.jit(f, executors=executors), x, w), \
+        _grads(f, x, w)
+    for g, e in zip((*got, *got_grads), (*exp, *exp_grads)):
+        torch.testing.assert_close(g, e, rtol=0, atol=0)
