@@ -40,6 +40,10 @@ from primtrace.tracer.passes import optimize
 
 _Tensor = torch.Tensor
 _get_default_dtype, _is_grad_enabled = torch.get_default_dtype, torch.is_grad_enabled
+try:   # what Dynamo checks tensors with; without it the hit path computes the key
+    from torch._C._dynamo.guards import TensorGuards as _TensorGuards
+except ImportError:
+    _TensorGuards = None
 
 #: jit options and their defaults.
 OPTIONS = {
@@ -59,11 +63,25 @@ class CacheInfo(NamedTuple):
 
 class Compiled:
     """One compiled trace: the generated function, the traces that led to it, and the guard
-    over the state it read (None when it read none: then a key match is enough)."""
-    __slots__ = ("fn", "traces", "specialized", "guard")
+    over the state it read (None when it read none: then a key match is enough).
 
-    def __init__(self, fn: Callable, traces: list[Trace], specialized: tuple, guard=None):
+    `recent` is what the hit path checks first for a call with only tensor arguments: torch's
+    C++ TensorGuards over the example arguments (type, dtype, device, sizes, strides,
+    requires_grad: stricter than the key), with the grad mode and default dtype."""
+    __slots__ = ("fn", "traces", "specialized", "guard", "recent")
+
+    def __init__(self, fn: Callable, traces: list[Trace], specialized: tuple, guard=None,
+                 recent=None):
         self.fn, self.traces, self.specialized, self.guard = fn, traces, specialized, guard
+        self.recent = recent
+
+
+def _tensor_guards(args: tuple, kwargs: dict):
+    """(TensorGuards of args, grad mode, default dtype), when every argument is a tensor."""
+    if _TensorGuards is None or kwargs or not args or any(type(x) is not _Tensor for x in args):
+        return None
+    guards = _TensorGuards(*args, dynamic_dims_sizes=None, dynamic_dims_strides=None)
+    return guards.check, _is_grad_enabled(), _get_default_dtype(), len(args)
 
 
 class _Guarded:
@@ -123,7 +141,8 @@ def compile_fn(fn, args, kwargs, executors, options) -> Compiled:
     specialized = tuple(i for i, p in enumerate(traces[0].inputs)
                         if isinstance(p, NumberProxy) and p.specialized)
     guard = traces[0].tags.get("guard")
-    return Compiled(run, traces, specialized, None if guard is None else guard.check)
+    return Compiled(run, traces, specialized, None if guard is None else guard.check,
+                    None if specialized else _tensor_guards(args, kwargs))
 
 
 def _select(entry, leaves):
@@ -168,6 +187,7 @@ class JitFunction:
         self._hits = itertools.count()   # next() is atomic: no lock on the hit path
         self._misses = 0
         self._last: list[Trace] | None = None
+        self._recent: Compiled | None = None   # see Compiled.recent
         if isinstance(fn, torch.nn.Module):   # attributes stay the module's (see __getattr__)
             self.__wrapped__, self.__doc__ = fn, type(fn).__doc__
         else:
@@ -181,6 +201,18 @@ class JitFunction:
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __call__(self, *args, **kwargs):
+        recent = self._recent   # the entry the last call used, checked in C++ (~0.2 us)
+        if recent is not None:
+            check, grad_mode, dtype, nargs = recent.recent
+            if (not kwargs and len(args) == nargs and _is_grad_enabled() is grad_mode
+                    and _get_default_dtype() is dtype and check(*args)):
+                if recent.guard is None:
+                    next(self._hits)
+                    return recent.fn(*args)
+                state = recent.guard(args)
+                if state is not None:
+                    next(self._hits)
+                    return recent.fn(*args, *state)
         if not kwargs:  # the common case inlined: plain tensors only (same key as cache_key)
             key = [_get_default_dtype(), _is_grad_enabled()]
             for x in args:
@@ -193,6 +225,8 @@ class JitFunction:
                 entry = self._cache.get(key)
                 if entry.__class__ is Compiled:
                     next(self._hits)
+                    if entry.recent is not None:
+                        self._recent = entry
                     return entry.fn(*args)
                 return self._call(entry, key, list(args), args, kwargs)
         key, leaves = cache_key(args, kwargs)
@@ -211,6 +245,8 @@ class JitFunction:
             compiled, state = self._miss(key, leaves, args, kwargs)
         else:
             next(self._hits)
+        if compiled.recent is not None:
+            self._recent = compiled
         return compiled.fn(*leaves, *state)
 
     def _miss(self, key, leaves, args, kwargs):
@@ -264,6 +300,7 @@ class JitFunction:
     def cache_clear(self) -> None:
         with self._lock:
             self._cache = {}
+            self._recent = None
             self._hits = itertools.count()
             self._misses = 0
 

@@ -254,3 +254,29 @@ def test_overflow_check_of_a_runtime_number_is_a_guard_not_a_specialization():
     assert jf(x, -1).tolist() == [0, 0, 0]
     assert primtrace.cache_info(jf).misses == 1
     assert any(n.symbol.name == "check_fits" for n in primtrace.last_trace(jf).nodes)
+
+
+def test_the_recent_entry_shortcut_never_serves_another_kind_of_input():
+    """The hit path checks the entry the last call used first (torch's TensorGuards); any
+    difference the key would see sends the call down the keyed path instead."""
+    def f(a, b):
+        return a * b + 1
+    jf = primtrace.jit(f)
+    a, b = torch.randn(4, 3), torch.randn(4, 3)
+    variants = [(a, b), (a.t(), b.t()), (a.double(), b.double()), (a, b), (a[:2], b[:2]),
+                (torch.nn.Parameter(a), b), (a.requires_grad_(False), b)]
+    for args in variants * 2:
+        got, expected = jf(*args), f(*args)
+        assert got.dtype == expected.dtype and got.shape == expected.shape
+        assert got.requires_grad == expected.requires_grad
+        torch.testing.assert_close(got, expected)
+    with torch.no_grad():
+        assert not jf(torch.nn.Parameter(a), b).requires_grad
+    old = torch.get_default_dtype()
+    try:
+        torch.set_default_dtype(torch.float64)
+        assert jf(torch.ones(2, dtype=torch.int64), torch.ones(2, dtype=torch.int64)).dtype \
+            == torch.int64
+        assert (jf(torch.ones(2), torch.ones(2)) == 2).all()
+    finally:
+        torch.set_default_dtype(old)
