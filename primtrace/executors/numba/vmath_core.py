@@ -104,6 +104,50 @@ fabs = intrinsic(_unary_llvm("llvm.fabs"))
 sqrt = intrinsic(_unary_llvm("llvm.sqrt"))
 
 
+def _host_has_fma():
+    """Whether the code Numba generates here has a fused multiply-add instruction (the host
+    CPU, or NUMBA_CPU_NAME/NUMBA_CPU_FEATURES when set): llvm.fma is one vfmadd there and a
+    scalar libm call elsewhere, which would stop vectorization."""
+    from numba.core import config
+    if config.CPU_NAME:
+        return "+fma" in (config.CPU_FEATURES or "").split(",")
+    try:
+        from llvmlite import binding as llvm
+        return bool(llvm.get_host_cpu_features().get("fma"))
+    except Exception:
+        return False
+
+
+#: two_prod uses one fused multiply-add instead of Dekker's splits (2 instructions, not 10).
+HAS_FMA = _host_has_fma()
+
+
+@intrinsic
+def fma(typingctx, a, b, c):
+    """a*b + c with one rounding (llvm.fma; only called where HAS_FMA)."""
+    if a not in (types.float32, types.float64) or b != a or c != a:
+        return None
+
+    def codegen(context, builder, sig, args):
+        lt = args[0].type
+        fn = builder.module.declare_intrinsic("llvm.fma", [lt],
+                                              ir.FunctionType(lt, [lt, lt, lt]))
+        return builder.call(fn, args)
+    return a(a, b, c), codegen
+
+
+@intrinsic
+def mul_rn(typingctx, a, b):
+    """a*b rounded once, as a plain fmul without fast-math flags: LLVM may not contract it
+    into an FMA with a later add (an error-free product needs p itself)."""
+    if a not in (types.float32, types.float64) or b != a:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.fmul(args[0], args[1])
+    return a(a, b), codegen
+
+
 @intrinsic
 def copysign(typingctx, x, y):
     """Magnitude of x with the sign of y (llvm.copysign: two bit operations)."""
@@ -179,7 +223,14 @@ def split_f32(a):
 
 
 @vjit
-def two_prod_f64(a, b):
+def _two_prod_fma(a, b):
+    """p + e == a * b exactly (barring underflow): e is the FMA's a*b - p."""
+    p = mul_rn(a, b)
+    return p, fma(a, b, -p)
+
+
+@vjit
+def _two_prod_dekker_f64(a, b):
     """p + e == a * b up to 2**-106 relative (Dekker's product on masked splits; exact
     except the lo*lo term, which is below the second word's own rounding)."""
     p = a * b
@@ -190,13 +241,18 @@ def two_prod_f64(a, b):
 
 
 @vjit
-def two_prod_f32(a, b):
-    """float32 version of two_prod_f64."""
+def _two_prod_dekker_f32(a, b):
+    """float32 version of _two_prod_dekker_f64."""
     p = a * b
     ah, al = split_f32(a)
     bh, bl = split_f32(b)
     e = ((ah * bh - p) + ah * bl + al * bh) + al * bl
     return p, e
+
+
+#: p + e == a*b (p = fl(a*b)): FMA where the CPU has one, else Dekker's splits.
+two_prod_f64 = _two_prod_fma if HAS_FMA else _two_prod_dekker_f64
+two_prod_f32 = _two_prod_fma if HAS_FMA else _two_prod_dekker_f32
 
 
 @vjit
