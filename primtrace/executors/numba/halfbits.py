@@ -13,6 +13,9 @@ subnormal, so it stays exact even with denormals-are-zero set (torch.set_flush_d
 from __future__ import annotations
 
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
 
 from primtrace.executors.numba.vmath_core import F32, bits_f32, f32_bits, rint, vjit
 
@@ -51,18 +54,72 @@ def f32_to_f16_bits(x):
     return np.uint16(h | sign)
 
 
-@vjit
-def bf16_bits_to_f32(b):
-    """bfloat16 bit pattern -> float32, exact (the top half of a float32)."""
-    return bits_f32((np.int32(b) & 0xFFFF) << 16)
+# --- bfloat16: LLVM IR on 32-bit lanes --------------------------------------------------------
+# Written as IR, not Python: Numba computes int32 arithmetic in 64 bits, and the vectorized
+# loop then ran on 64-bit lanes (half the width, plus packing). The builders below emit
+# the same code for the CPU intrinsics here and the CUDA ones in gpulib.
+def _i32(value):
+    return ir.Constant(ir.IntType(32), value)
 
 
-@vjit
-def f32_to_bf16_bits(x):
+def bf16_decode_ir(builder, bits):
+    """IR: i16 bfloat16 bits -> float (the top half of a float32, exact)."""
+    wide = builder.zext(bits, ir.IntType(32))
+    return builder.bitcast(builder.shl(wide, _i32(16)), ir.FloatType())
+
+
+def _bf16_rne(builder, x):
+    """(float32 bits rounded to bfloat16's 16 top bits, low bits still there; NaN test)."""
+    u = builder.bitcast(x, ir.IntType(32))
+    lsb = builder.and_(builder.lshr(u, _i32(16)), _i32(1))
+    rounded = builder.add(builder.add(u, _i32(0x7FFF)), lsb)    # overflow carries to inf
+    return u, rounded, builder.fcmp_unordered("uno", x, x)
+
+
+def bf16_encode_ir(builder, x):
+    """IR: float -> i16 bfloat16 bits, round to nearest even; NaN stays NaN (quiet, sign
+    and the payload's top bits kept)."""
+    u, rounded, isnan = _bf16_rne(builder, x)
+    nan = builder.or_(builder.lshr(u, _i32(16)), _i32(0x40))
+    bits = builder.select(isnan, nan, builder.lshr(rounded, _i32(16)))
+    return builder.trunc(bits, ir.IntType(16))
+
+
+def bf16_round_ir(builder, x):
+    """IR: float rounded to the nearest bfloat16 value, kept in float (NaN quieted)."""
+    u, rounded, isnan = _bf16_rne(builder, x)
+    nan = builder.or_(u, _i32(0x400000))
+    bits = builder.select(isnan, nan, rounded)
+    return builder.bitcast(builder.and_(bits, _i32(-65536)), ir.FloatType())
+
+
+def _float_in(builder, value):
+    """A float64 argument is rounded to float32 first (torch's float64 -> bfloat16)."""
+    return builder.fptrunc(value, ir.FloatType()) if value.type != ir.FloatType() else value
+
+
+@intrinsic
+def bf16_bits_to_f32(typingctx, bits):
+    """bfloat16 bit pattern (uint16/int16) -> float32, exact."""
+    if not isinstance(bits, types.Integer) or bits.bitwidth != 16:
+        return None
+    return types.float32(bits), lambda context, builder, sig, args: bf16_decode_ir(builder, args[0])
+
+
+@intrinsic
+def f32_to_bf16_bits(typingctx, x):
     """float32 -> bfloat16 bit pattern as uint16, round to nearest even (overflow to inf
     through the carry, as torch does)."""
-    x = F32(x)
-    u = np.int64(f32_bits(x)) & 0xFFFFFFFF
-    r = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
-    nan = ((u >> 16) | 0x0040) & 0xFFFF
-    return np.uint16(nan if (u & 0x7FFFFFFF) > 0x7F800000 else r)
+    if x not in (types.float32, types.float64):
+        return None
+    return types.uint16(x), lambda context, builder, sig, args: bf16_encode_ir(
+        builder, _float_in(builder, args[0]))
+
+
+@intrinsic
+def round_bf16(typingctx, x):
+    """float32 -> the nearest bfloat16 value as float32 (encode + decode in one step)."""
+    if x not in (types.float32, types.float64):
+        return None
+    return types.float32(x), lambda context, builder, sig, args: bf16_round_ir(
+        builder, _float_in(builder, args[0]))

@@ -3,8 +3,9 @@
 Transcendental prims use the vectorizable, branch-free functions of ``vmath`` when it
 provides them (Numba compiles ``math.sin`` to one libm call per element, which LLVM cannot
 vectorize: ~4x slower than torch's SLEEF on f32); otherwise libm through ``math``/``numpy``.
-Half-precision conversions use ``halfbits`` when present, else the fallbacks below (same
-algorithms as c10: RNE, NaN and infinities kept).
+Half-precision conversions: float16 in hardware where the CPU has F16C (``runtime``),
+else ``halfbits``' integer code; bfloat16 always in ``halfbits``' integer IR. All round to
+nearest even and keep NaN and infinities, as torch does.
 
 Generated kernels refer to these as ``m.<prim>_<dtype>`` (``m.sin_float32``) and
 ``m.f16_to_f32``; :func:`math_name` says whether a name exists.
@@ -19,68 +20,11 @@ import numpy as np
 from numba import njit
 from numba.core.registry import CPUDispatcher
 
+from primtrace.executors.numba import halfbits
+from primtrace.executors.numba import runtime as rt
 from primtrace.executors.numba.runtime import f32_as_i32, i32_as_f32
 
 _INLINE = dict(forceinline=True, error_model="numpy", nogil=True)  # LLVM-level inlining
-
-
-# --- half precision on uint16 bits (fallbacks; halfbits.py replaces them when present) -------
-@njit(**_INLINE)
-def _f16_to_f32(h):
-    # Numba widens uint32 arithmetic to 64 bits: wrap explicitly where C relies on 32
-    w = np.uint32(np.uint32(h) << np.uint32(16))
-    sign = w & np.uint32(0x80000000)
-    two_w = np.uint32(w + w)
-    normalized = (np.uint32((two_w >> np.uint32(4)) + np.uint32(0x70000000)).view(np.float32)
-                  * np.float32(1.925929944387236e-34))       # 2**-112
-    denormalized = (np.uint32((two_w >> np.uint32(17)) | np.uint32(0x3F000000)).view(np.float32)
-                    - np.float32(0.5))
-    bits = (np.float32(normalized).view(np.uint32) if two_w >= np.uint32(0x08000000)
-            else np.float32(denormalized).view(np.uint32))
-    return np.uint32(sign | bits).view(np.float32)
-
-
-@njit(**_INLINE)
-def _f32_to_f16(f):
-    f = np.float32(f)
-    base = (abs(f) * np.float32(5.192296858534828e+33)) * np.float32(7.703719777548943e-34)
-    w = np.float32(f).view(np.uint32)
-    shl1_w = np.uint32(w + w)
-    sign = w & np.uint32(0x80000000)
-    bias = shl1_w & np.uint32(0xFF000000)
-    if bias < np.uint32(0x71000000):
-        bias = np.uint32(0x71000000)
-    base = np.uint32((bias >> np.uint32(1)) + np.uint32(0x07800000)).view(np.float32) + base
-    bits = np.float32(base).view(np.uint32)
-    exp_bits = (bits >> np.uint32(13)) & np.uint32(0x00007C00)
-    mantissa_bits = bits & np.uint32(0x00000FFF)
-    nonsign = exp_bits + mantissa_bits
-    out = np.uint32(0x7E00) if shl1_w > np.uint32(0xFF000000) else nonsign
-    return np.uint16((sign >> np.uint32(16)) | out)
-
-
-@njit(**_INLINE)
-def _bf16_to_f32(h):
-    return np.uint32(np.uint32(h) << np.uint32(16)).view(np.float32)
-
-
-@njit(**_INLINE)
-def _f32_to_bf16(f):
-    f = np.float32(f)
-    u = np.float32(f).view(np.uint32)
-    rounded = np.uint32(u + ((u >> np.uint32(16)) & np.uint32(1)) + np.uint32(0x7FFF)) >> np.uint32(16)
-    return np.uint16(np.uint32(0x7FC0) if f != f else rounded)
-
-
-try:  # the vmath engineer's module: exact RNE conversions on bits
-    from primtrace.executors.numba import halfbits as _halfbits
-except ImportError:  # pragma: no cover - until halfbits.py lands
-    _halfbits = None
-
-
-def _pick(name, fallback):
-    fn = getattr(_halfbits, name, None) if _halfbits is not None else None
-    return _cached(fn if fn is not None else fallback)
 
 
 def _as_inlinable(fn):
@@ -153,9 +97,9 @@ def _helper_cache_class():
 
 
 def _hardware_f16() -> bool:
-    """Whether LLVM reads float16 with one instruction here (x86 F16C's vcvtph2ps): exact
-    like the software path and several times faster. Writes stay in halfbits' integer code
-    (see runtime.f16_to_f32_hw). PRIMTRACE_SOFT_HALF=1 forces software both ways."""
+    """Whether LLVM converts float16 with one instruction each way here (x86 F16C:
+    vcvtph2ps, vcvtps2ph; vectorized): exact like the software path and several times
+    faster. PRIMTRACE_SOFT_HALF=1 forces software both ways."""
     if os.environ.get("PRIMTRACE_SOFT_HALF", "0") != "0":
         return False
     try:
@@ -165,28 +109,18 @@ def _hardware_f16() -> bool:
         return False
 
 
-HARDWARE_F16 = _hardware_f16()
-if HARDWARE_F16:
-    from primtrace.executors.numba.runtime import f16_to_f32_hw as f16_to_f32
-else:
-    f16_to_f32 = _pick("f16_bits_to_f32", _f16_to_f32)
-f32_to_f16 = _pick("f32_to_f16_bits", _f32_to_f16)
-bf16_to_f32 = _pick("bf16_bits_to_f32", _bf16_to_f32)
-f32_to_bf16 = _pick("f32_to_bf16_bits", _f32_to_bf16)
-
-
 _I32 = np.int32
 
 
 @njit(**_INLINE)
-def round_f16(x):
+def round_f16_soft(x):
     """x rounded to the nearest float16 value (RNE), kept as float32: an f16 'register'.
 
     In float arithmetic, not through the bits: adding and subtracting 2**(e + 13) (e the
     exponent of x, at least -14; signed like x) leaves x on float16's grid for that binade,
     rounded by the FPU to nearest even; beyond 65504 is infinity; the sign of zero and
-    NaN are kept. ~3x cheaper than encode + decode, and identical to torch's
-    ``x.half().float()`` on all 2**32 float32 inputs (checked exhaustively)."""
+    NaN are kept. ~3x cheaper than encode + decode in integer code, and identical to
+    torch's ``x.half().float()`` on all 2**32 float32 inputs (checked exhaustively)."""
     x = np.float32(x)
     b = f32_as_i32(x)
     sign = b & _I32(-2147483648)
@@ -199,12 +133,20 @@ def round_f16(x):
     return i32_as_f32(_I32(0x7F800000) | sign) if overflow else r
 
 
-@njit(**_INLINE)
-def round_bf16(x):
-    return bf16_to_f32(f32_to_bf16(x))
-
-
-round_f16, round_bf16 = _cached(round_f16), _cached(round_bf16)
+# The conversions kernels call (m.f16_to_f32, ...): float32 in registers, 16-bit patterns
+# in memory. Encoders and roundings take float32 (a float64 is rounded to float32 first,
+# as torch converts float64 through float32). bfloat16 has no instruction worth using
+# (AVX512-BF16's vcvtneps2bf16 flushes subnormals): halfbits' integer IR, on 32-bit lanes.
+HARDWARE_F16 = _hardware_f16()
+if HARDWARE_F16:
+    rt.provide_truncdfhf2()
+    f16_to_f32, f32_to_f16, round_f16 = rt.f16_to_f32_hw, rt.f32_to_f16_hw, rt.round_f16_hw
+else:
+    f16_to_f32 = _cached(halfbits.f16_bits_to_f32)
+    f32_to_f16 = _cached(halfbits.f32_to_f16_bits)
+    round_f16 = _cached(round_f16_soft)
+bf16_to_f32, f32_to_bf16 = halfbits.bf16_bits_to_f32, halfbits.f32_to_bf16_bits
+round_bf16 = halfbits.round_bf16
 
 
 # --- sin and cos of float16 values (|x| <= 65504) ------------------------------------------------

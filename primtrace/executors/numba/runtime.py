@@ -46,10 +46,25 @@ ptr_float32 = _pointer_intrinsic(types.float32)
 ptr_float64 = _pointer_intrinsic(types.float64)
 
 
-# --- float16 -> float32 in hardware (x86 F16C: vcvtph2ps, vectorized by LLVM) --------------
-# Only this direction: an LLVM fptrunc to half can be folded with an earlier float64 ->
-# float32 rounding into a float64 -> float16 libcall (__truncdfhf2) that Numba's JIT cannot
-# resolve (a call to address 0), and fencing it off stopped the vectorizer.
+# --- float16 <-> float32 in hardware (x86 F16C: vcvtph2ps / vcvtps2ph, vectorized by LLVM) ---
+# Used only where the host has F16C (mathlib.HARDWARE_F16); elsewhere LLVM would call
+# compiler-rt (__extendhfsf2, __truncsfhf2), which Numba's JIT does not provide.
+#
+# The one half conversion x86 has no instruction for is float64 -> float16 (__truncdfhf2),
+# and asking for it was the old failure mode: a call to address 0. It is never asked for:
+# the encoders take float32 and round a float64 to float32 first, as torch does (it
+# converts float64 -> float16 through float32, rounding twice; one fptrunc double -> half
+# would round once and differ near half-way points). LLVM keeps fptrunc(fptrunc(x)) as two
+# roundings (it may fold them only where the first one is exact, when one rounding gives
+# the same result); should it ever emit the libcall, provide_truncdfhf2 has given it a body.
+def _to_float32(builder, value):
+    return builder.fptrunc(value, ir.FloatType()) if value.type != ir.FloatType() else value
+
+
+def _float_arg(x) -> bool:
+    return x in (types.float32, types.float64)
+
+
 @intrinsic
 def f16_to_f32_hw(typingctx, bits):
     """float16 bits -> float32, exact (LLVM fpext)."""
@@ -59,6 +74,75 @@ def f16_to_f32_hw(typingctx, bits):
     def codegen(context, builder, signature, args):
         return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
     return types.float32(bits), codegen
+
+
+@intrinsic
+def f32_to_f16_hw(typingctx, x):
+    """float32 -> float16 bits, round to nearest even, inf and NaN kept (LLVM fptrunc); a
+    float64 is rounded to float32 first."""
+    if not _float_arg(x):
+        return None
+
+    def codegen(context, builder, signature, args):
+        half = builder.fptrunc(_to_float32(builder, args[0]), ir.HalfType())
+        return builder.bitcast(half, ir.IntType(16))
+    return types.uint16(x), codegen
+
+
+@intrinsic
+def round_f16_hw(typingctx, x):
+    """float32 rounded to the nearest float16 value, kept in float32 (fptrunc, fpext)."""
+    if not _float_arg(x):
+        return None
+
+    def codegen(context, builder, signature, args):
+        half = builder.fptrunc(_to_float32(builder, args[0]), ir.HalfType())
+        return builder.fpext(half, ir.FloatType())
+    return types.float32(x), codegen
+
+
+# float64 -> float16 correctly rounded, for LLVM's libcall: round to odd in float32 (toward
+# zero, then the last bit set if inexact: 24 >= 11 + 2 bits, so the float32 -> float16
+# rounding that follows cannot meet a false tie), then F16C's float32 -> float16.
+_TRUNCDFHF2 = r"""
+declare double @llvm.fabs.f64(double)
+
+define half @__truncdfhf2(double %x) {
+  %f = fptrunc double %x to float
+  %back = fpext float %f to double
+  %bits = bitcast float %f to i32
+  %ax = call double @llvm.fabs.f64(double %x)
+  %aback = call double @llvm.fabs.f64(double %back)
+  %away = fcmp ogt double %aback, %ax
+  %less = sub i32 %bits, 1
+  %towards_zero = select i1 %away, i32 %less, i32 %bits
+  %inexact = fcmp one double %back, %x
+  %odd = or i32 %towards_zero, 1
+  %rounded = select i1 %inexact, i32 %odd, i32 %towards_zero
+  %g = bitcast i32 %rounded to float
+  %h = fptrunc float %g to half
+  ret half %h
+}
+"""
+_ENGINES: list = []
+
+
+def provide_truncdfhf2() -> None:
+    """Give the JIT a ``__truncdfhf2`` (float64 -> float16) where the process has none.
+
+    Why: LLVM lowers a float64 -> float16 fptrunc to that compiler-rt call, which Numba's
+    JIT resolves to address 0 (a crash). Our kernels never ask for it (see above); this
+    makes a fold LLVM is entitled to make safe too. Needs F16C (the body's last step)."""
+    import llvmlite.binding as llvm
+    if llvm.address_of_symbol("__truncdfhf2"):
+        return
+    target = llvm.Target.from_default_triple()
+    machine = target.create_target_machine(cpu=llvm.get_host_cpu_name(),
+                                           features=llvm.get_host_cpu_features().flatten(), opt=2)
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(_TRUNCDFHF2), machine)
+    engine.finalize_object()
+    _ENGINES.append(engine)           # the code lives as long as its engine
+    llvm.add_symbol("__truncdfhf2", engine.get_function_address("__truncdfhf2"))
 
 
 @intrinsic
