@@ -17,6 +17,7 @@ their own loops.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -51,7 +52,7 @@ class Store:
     output: int | None        # position in region.outputs (None: an in-place write)
     dtype: torch.dtype
     strides: tuple
-    value: str = ""           # register stored
+    value: str = ""           # register (or float32 expression, see fold_store_roundings) stored
     into_input: int | None = None   # copy_to into this region input
     shares: Load | None = None      # same memory and index as this load (in-place)
 
@@ -84,6 +85,7 @@ class Line:
     invariant: bool
     comment: str = ""
     load: Load | None = None  # a load line: expr is filled with the element reference
+    rounds: tuple | None = None   # (half dtype, float32 expr): expr rounds that to the dtype
 
 
 @dataclass
@@ -177,6 +179,12 @@ class _Analyzer:
     def emit(self, expr: str, invariant: bool, comment: str = "", var: str | None = None) -> str:
         var = var or self.fresh()
         self.plan.lines.append(Line(var, expr, invariant, comment))
+        return var
+
+    def emit_rounded(self, dtype, raw: str, invariant: bool, comment: str) -> str:
+        """A line rounding float32 `raw` to half dtype `dtype` (kept in float32)."""
+        var = self.emit(self.backend.round_half(dtype, raw), invariant, comment)
+        self.plan.lines[-1].rounds = (dtype, raw)
         return var
 
     def identity(self, shape) -> tuple:
@@ -314,10 +322,13 @@ class _Analyzer:
             if DTYPES.get(src_dtype) is None:
                 raise NotFusible(f"dtype {src_dtype}")
             box = [inv]
+            comment = f"convert_element_type to {dtype_name(dtype)}"
+            raw = lowering.half_source(var, src_dtype, dtype)
             expr = lowering.convert(self.emitter(box), var, src_dtype, dtype)
             if expr == var:
                 return var, dtype, inv
-            out = self.emit(expr, inv, f"convert_element_type to {dtype_name(dtype)}")
+            out = self.emit_rounded(dtype, raw, inv, comment) if raw is not None else \
+                self.emit(expr, inv, comment)
             if dtype is torch.float16:
                 self.half_values.add(out)
             return out, dtype, inv
@@ -356,9 +367,11 @@ class _Analyzer:
                 type(args[1]) in (int, float) or isinstance(args[1], NumberProxy)):
             name = "pow_scalar"   # torch.pow(tensor, number) special-cases some exponents
             # (a 0-dim tensor exponent takes the tensor-tensor kernel: plain pow)
-        expr = lowering.lower(self.emitter(box), name, dtype, out_dtype, regs)
+        expr = lowering.lower(self.emitter(box), name, dtype, out_dtype, regs, round_half=False)
         if expr is None:
             raise NotFusible(f"{name} on {dtype} has no lowering for {self.backend.name}")
+        if DTYPES[out_dtype].kind == "h":
+            return self.emit_rounded(out_dtype, expr, inv, comment), out_dtype, inv
         return self.emit(expr, inv, comment), out_dtype, inv
 
     # outputs
@@ -408,6 +421,7 @@ class _Analyzer:
             plan.stores.append(store)
             plan.summary.append(f"{store.name} = {dst.name}: {dtype_text(dst)}, written in place"
                                 + (f" (as {store.shares.name})" if store.shares else ""))
+        fold_store_roundings(plan)
         plan.numel = math.prod(plan.shape)
         if plan.numel > 0:
             plan.aliases = self.aliases()
@@ -484,6 +498,27 @@ class _Analyzer:
                 return p
             p = node_args(node)[0]
         return p
+
+
+def fold_store_roundings(plan: Plan) -> None:
+    """A value rounded to a half dtype only to be stored in that dtype is stored unrounded:
+    the store's conversion rounds it, and rounding a value already on the half grid again
+    changes nothing (RNE is idempotent), so one rounding per element is saved. Lines used
+    by anything but such stores keep their rounding; hoisted lines stay hoisted."""
+    for line in list(plan.lines):
+        if line.rounds is None or line.invariant:
+            continue
+        dtype, raw = line.rounds
+        stores = [s for s in plan.stores if s.value == line.var]
+        if not stores or any(s.dtype is not dtype for s in stores):
+            continue
+        used = re.compile(rf"\b{line.var}\b")
+        if any(used.search(other.expr) for other in plan.lines if other is not line) or \
+                any(used.search(divisor) for divisor, _ in plan.zero_division):
+            continue
+        for s in stores:
+            s.value = raw
+        plan.lines.remove(line)
 
 
 def _iter_strides(p, imap, shape) -> tuple:

@@ -152,10 +152,16 @@ def convert(em: Emitter, value: str, src, dst) -> str:
         return em.backend.float_to_int(dst, value)
     if d.kind == "f":
         return cast(dst, value)
-    # to float16 / bfloat16: through float32 (torch rounds twice from f64 and int64 too)
-    if s.kind == "h" and src is not dst:
-        return em.backend.round_half(dst, value)
-    return em.backend.round_half(dst, value if s.reg == "float32" else f"float32({value})")
+    return em.backend.round_half(dst, half_source(value, src, dst))
+
+
+def half_source(value: str, src, dst) -> str | None:
+    """The float32 register a conversion from `src` to half dtype `dst` rounds, or None
+    when the conversion does not round (same dtype, bool, not to a half dtype). Through
+    float32: torch converts float64 and int64 to float16/bfloat16 rounding twice too."""
+    if DTYPES[dst].kind != "h" or src is dst or DTYPES[src].kind == "b":
+        return None
+    return value if DTYPES[src].reg == "float32" else f"float32({value})"
 
 
 # --- elementwise prims ---------------------------------------------------------------------------
@@ -377,18 +383,21 @@ def find(prim: str, dtype, arity: int):
     return table.get((prim, category(dtype)))
 
 
-def lower(em: Emitter, prim: str, dtype, out_dtype, args: list[str]) -> str | None:
+def lower(em: Emitter, prim: str, dtype, out_dtype, args: list[str],
+          round_half: bool = True) -> str | None:
     """The expression of `prim` on registers `args` of `dtype`; None when not lowerable.
 
     Half-like dtypes compute in float32 and round the result to their dtype (exact for
-    + - * / sqrt, which are correctly rounded in f32 first: 24 >= 2 * 11 + 2 bits)."""
+    + - * / sqrt, which are correctly rounded in f32 first: 24 >= 2 * 11 + 2 bits);
+    ``round_half=False`` leaves the rounding to the caller (codegen, which may fold it
+    into a store's conversion)."""
     fn = find(prim, dtype, len(args))
     if fn is None:
         return None
     expr = fn(em, dtype, *args)
     if expr is None:
         return None
-    if DTYPES[out_dtype].kind == "h":
+    if round_half and DTYPES[out_dtype].kind == "h":
         return em.backend.round_half(out_dtype, expr)
     return expr
 
