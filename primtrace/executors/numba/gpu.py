@@ -62,40 +62,33 @@ class CudaBackend(Backend):
             return f"{reg}(cl.{fn}_{reg}({joined}))"   # the cast: the simulator computes in f64
         return None
 
+    # float16: Numba's float16 (cvt.f32.f16, cvt.rn.f16.f32); bfloat16: gpulib's integer code
     def load(self, dtype, ref):
         if dtype is torch.bool:
             return ref
         if dtype is torch.float16:
             return f"float32({ref})"
         if dtype is torch.bfloat16:
-            return f"cl.int_as_float(int32((int32({ref}) & 0xFFFF) << 16))"
+            return f"cl.bf16_to_f32({ref})"
         return ref
 
     def store(self, dtype, value):
         if dtype is torch.float16:
             return f"float16({value})"
         if dtype is torch.bfloat16:
-            return f"int16({_bf16_bits(value)})"
+            return f"cl.f32_to_bf16({value})"
         return value
 
     def round_half(self, dtype, value):
         if dtype is torch.float16:
             return f"float32(float16({value}))"
-        return f"cl.int_as_float(int32({_bf16_bits(value)} << 16))"
+        return f"cl.round_bf16({value})"
 
     def float_to_int(self, dst, value):
         return f"{DTYPES[dst].reg}({value})"   # the GPU's conversion, as eager CUDA does
 
     def int_helper(self, name):
         return None                             # loops (integer pow, gcd, lcm) stay in torch
-
-
-def _bf16_bits(value: str) -> str:
-    """float32 -> bfloat16 bits, round to nearest even, NaN -> 0x7FC0 (as c10 does).
-    `value` may be any expression (a conditional one too): it is parenthesized."""
-    value = f"({value})"
-    u = f"(int64(cl.float_as_int({value})) & 0xFFFFFFFF)"
-    return f"(0x7FC0 if {value} != {value} else (({u} + 0x7FFF + (({u} >> 16) & 1)) >> 16))"
 
 
 BACKEND = CudaBackend()

@@ -63,6 +63,64 @@ def _numpy_equivalent(fn):
     return lambda *a: np.float64(fn(*a))
 
 
+# bfloat16 <-> float32 (bfloat16 travels as int16: torch does not export it to Numba). On a
+# GPU: halfbits' IR, the code the CPU kernels run (and its exhaustive tests check), as
+# intrinsics: 32-bit integer ops and one select, no branch, no call (a device function
+# would make Numba ask a GPU for its compute capability, so PTX could not be compiled
+# without one). Under the simulator: the same arithmetic in NumPy.
+def _bf16_intrinsics():
+    from numba.cuda import types
+    from numba.cuda.extending import intrinsic
+
+    from primtrace.executors.numba import halfbits as hb
+
+    def float_in(builder, value):
+        return builder.fptrunc(value, hb.ir.FloatType()) if value.type != hb.ir.FloatType() else value
+
+    @intrinsic
+    def bf16_to_f32(typingctx, bits):
+        if not isinstance(bits, types.Integer) or bits.bitwidth != 16:
+            return None
+        return types.float32(bits), lambda ctx, builder, sig, args: hb.bf16_decode_ir(builder, args[0])
+
+    @intrinsic
+    def f32_to_bf16(typingctx, x):
+        if x not in (types.float32, types.float64):
+            return None
+        return types.int16(x), lambda ctx, builder, sig, args: hb.bf16_encode_ir(
+            builder, float_in(builder, args[0]))
+
+    @intrinsic
+    def round_bf16(typingctx, x):
+        if x not in (types.float32, types.float64):
+            return None
+        return types.float32(x), lambda ctx, builder, sig, args: hb.bf16_round_ir(
+            builder, float_in(builder, args[0]))
+    return bf16_to_f32, f32_to_bf16, round_bf16
+
+
+def _bf16_rne(x):
+    """(float32 bits as a Python int, rounded with their low half still there)."""
+    u = int(np.float32(x).view(np.uint32))
+    return u, (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFFFFFF
+
+
+def _bf16_to_f32_sim(bits):
+    return np.uint32((int(bits) & 0xFFFF) << 16).view(np.float32)
+
+
+def _f32_to_bf16_sim(x):
+    u, rounded = _bf16_rne(x)
+    bits = ((u >> 16) | 0x40) if np.isnan(np.float32(x)) else rounded >> 16
+    return np.uint16(bits).view(np.int16)
+
+
+def _round_bf16_sim(x):
+    u, rounded = _bf16_rne(x)
+    bits = (u | 0x400000) if np.isnan(np.float32(x)) else rounded
+    return np.uint32(bits & 0xFFFF0000).view(np.float32)
+
+
 if SIMULATOR:
     for _prim, (_f32, _f64, _py) in _MATH.items():
         globals()[f"{_prim}_float32"] = _python(_py, np.float32)
@@ -73,6 +131,7 @@ if SIMULATOR:
 
     def int_as_float(x):
         return np.int32(x).view(np.float32)
+    bf16_to_f32, f32_to_bf16, round_bf16 = _bf16_to_f32_sim, _f32_to_bf16_sim, _round_bf16_sim
 else:
     from numba.cuda import libdevice as _libdevice
     for _prim, (_f32, _f64, _py) in _MATH.items():
@@ -80,3 +139,4 @@ else:
         globals()[f"{_prim}_float64"] = getattr(_libdevice, _f64)
     float_as_int = _libdevice.float_as_int
     int_as_float = _libdevice.int_as_float
+    bf16_to_f32, f32_to_bf16, round_bf16 = _bf16_intrinsics()
