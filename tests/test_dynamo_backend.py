@@ -124,7 +124,7 @@ def test_fusion_executor_gives_fused_regions_and_matches_eager():
     from primtrace.executors.numba import NumbaFusionExecutor
     model, x = block(2), inputs(4, 8)
     compiled = torch.compile(model, backend=dynamo_backend,
-                             options={"executors": [NumbaFusionExecutor()]})
+                             options={"executors": [NumbaFusionExecutor(cost_model=False)]})
     with torch.no_grad():
         assert_matches(compiled(x), model(x))
     regions = fused(dynamo_backend.last_traces()[-1])
@@ -138,8 +138,8 @@ def test_default_executors_fuse():
     model, x = block(3), inputs(4, 8)
     with torch.no_grad():
         assert_matches(torch.compile(model, backend=dynamo_backend)(x), model(x))
-    regions = fused(dynamo_backend.last_traces()[-1])
-    assert len(regions) >= 2 and all(n.symbol.name.startswith("numba_fusion_") for n in regions)
+    regions = fused(dynamo_backend.last_traces()[-1])   # F.gelu alone runs as torch's gelu
+    assert len(regions) >= 1 and all(n.symbol.name.startswith("numba_fusion_") for n in regions)
 
 
 def test_inference_mode_and_new_batch_sizes():

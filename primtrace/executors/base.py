@@ -157,6 +157,13 @@ class FusionExecutor(Executor, abc.ABC):
     def can_fuse(self, node: Node) -> bool:
         """Whether `node` may go into one of this executor's regions."""
 
+    def fuse_single_call(self, region: Region) -> bool:
+        """`region` holds exactly the prims of one torch call (``F.gelu(x)``): whether to
+        compile it, or to let torch run that call with its own kernel (lowering then
+        replaces the prims by the call). Fusing one op saves no memory traffic, so an
+        executor may say no where its kernel would be slower than torch's."""
+        return True
+
     @abc.abstractmethod
     def compile(self, region: Region) -> Callable:
         """A callable taking the region's input values positionally and returning a tuple of

@@ -5,6 +5,8 @@ claimed yet; an operator executor claims the remaining nodes it implements. Ever
 ends up with exactly one executor (``node.executor``), or lowering fails naming the node.
 Fused regions become one node each, and the nodes are rescheduled in a topological order
 of the contracted dependency graph that stays as close as possible to the original order.
+A region that is exactly the prims of one torch call, which its executor declines to fuse
+(``fuse_single_call``), is replaced by that call, which torch runs with its own kernel.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from primtrace.executors.base import (Executor, FusionExecutor, OperatorExecutor
                                       dependency_graph)
 from primtrace.ir.symbol import Symbol
 from primtrace.ir.trace import Node, Trace, proxies_in
+from primtrace.tracer.capture import torch_call_node
 
 
 class LoweringError(RuntimeError):
@@ -34,6 +37,11 @@ def lower(trace: Trace, executors: list[Executor]) -> Trace:
             view.tags["notes"] = notes
             for region in ex.partition(view):
                 _check_region(trace, ex, region, position, owner)
+                call = single_call(region, nodes, trace.inputs)
+                if call is not None and not ex.fuse_single_call(region):
+                    nodes = _replace(nodes, region.nodes, call)
+                    position = {id(n): i for i, n in enumerate(nodes)}
+                    continue
                 for n in region.nodes:
                     owner[id(n)] = ex
                 regions.append((ex, region))
@@ -67,7 +75,7 @@ def lower(trace: Trace, executors: list[Executor]) -> Trace:
             counters[ex.name] = index + 1
             fused_unit[k] = unit_of[i] = len(units)
             units.append(_fused_node(ex, region, index))
-    g = dependency_graph(trace)
+    g = dependency_graph(trace.derive(nodes, "lowering"))  # with any calls put back
     contracted = nx.DiGraph()
     contracted.add_nodes_from(range(len(units)))
     contracted.add_edges_from((unit_of[u], unit_of[v]) for u, v in g.edges
@@ -81,6 +89,37 @@ def lower(trace: Trace, executors: list[Executor]) -> Trace:
     if notes:
         execution.tags["notes"] = notes
     return execution
+
+
+def single_call(region: Region, nodes: list[Node], inputs) -> Node | None:
+    """The node running the one torch call whose prims `region` holds, or None.
+
+    The region must hold every remaining prim of that call, in consecutive positions, and
+    produce exactly the call's results; the call's arguments must still exist (a pass may
+    have replaced one by a twin)."""
+    origin = region.nodes[0].origin
+    if origin is None or origin.call is None or any(n.origin is not origin for n in region.nodes):
+        return None
+    inside = {id(n) for n in region.nodes}
+    at = [i for i, n in enumerate(nodes) if id(n) in inside]
+    if at != list(range(at[0], at[0] + len(at))) or any(
+            n.origin is origin and id(n) not in inside for n in nodes):
+        return None
+    if {p.name for p in region.outputs} != {p.name for p in proxies_in(origin.outputs)}:
+        return None
+    available = {p.name for n in nodes[:at[0]] for p in n.output_proxies}
+    available.update(p.name for p in inputs)
+    call = torch_call_node(origin)
+    if any(p.name not in available for p in call.inputs):
+        return None
+    return call
+
+
+def _replace(nodes: list[Node], old: list[Node], new: Node) -> list[Node]:
+    """`nodes` with the consecutive nodes `old` replaced by `new`."""
+    inside = {id(n) for n in old}
+    first = next(i for i, n in enumerate(nodes) if id(n) in inside)
+    return nodes[:first] + [new] + [n for n in nodes[first:] if id(n) not in inside]
 
 
 def _fused_node(ex: FusionExecutor, region: Region, index: int) -> Node:

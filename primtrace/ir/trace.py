@@ -42,6 +42,7 @@ class Node:
     executor: Any = None       # set in the execution trace: the executor that runs this node
     grad_enabled: bool | None = None  # torch's grad mode when recorded (None: the trace's)
     call: tuple | None = None  # a ref node's torch-level call: (torch function, args, kwargs)
+    origin: Any = None         # a prim's ref-level node (the torch call it decomposes)
 
     def replace(self, **changes) -> "Node":
         """A copy with some fields changed (passes and lowering keep the rest as is)."""

@@ -376,6 +376,16 @@ def record_opaque(trace, func, target, args, kwargs):
     return outputs
 
 
+def torch_call_node(node: Node) -> Node:
+    """A leaf node that runs the torch call a ref node stands for (``node.call``), with the
+    ref node's outputs: torch's own kernel, and its autograd."""
+    func, args, kwargs = node.call
+    target = mapping.resolve(func)
+    mutates = "self" if target.inplace and args and isinstance(args[0], TensorProxy) else None
+    return Node(opaque_symbol(func, mutates), tuple(args), dict(kwargs), node.outputs,
+                source=node.source, grad_enabled=node.grad_enabled)
+
+
 def to_prims(trace: Trace) -> Trace:
     """The prims stage: every node flattened to prims and opaque calls, except ref nodes
     whose results need autograd (grad mode on, a result requires grad): those run the torch
@@ -387,13 +397,13 @@ def to_prims(trace: Trace) -> Trace:
         enabled = grad_mode if node.grad_enabled is None else node.grad_enabled
         if node.call is None or not enabled or not any(
                 getattr(p, "requires_grad", False) for p in node.output_proxies):
-            nodes += node.flat()
+            flat = node.flat()
+            if node.call is not None:
+                for prim in flat:
+                    prim.origin = node   # an executor may run the call instead (see lower)
+            nodes += flat
             continue
-        func, args, kwargs = node.call
-        target = mapping.resolve(func)
-        mutates = "self" if target.inplace and args and isinstance(args[0], TensorProxy) else None
-        nodes.append(Node(opaque_symbol(func, mutates), tuple(args), dict(kwargs), node.outputs,
-                          source=node.source, grad_enabled=node.grad_enabled))
+        nodes.append(torch_call_node(node))
         kept += 1
     prims = trace.derive(nodes, "prims")
     if kept:

@@ -11,8 +11,9 @@ from tests.conformance.harness import compare_outputs
 
 
 def fused(fn, **kw):
-    """`fn` through jit with the Numba fusion executor first (torch after it)."""
-    return primtrace.jit(fn, executors=[NumbaFusionExecutor(**kw)])
+    """`fn` through jit with the Numba fusion executor first (torch after it), fusing every
+    region it can (these tests check the kernels, not the cost model)."""
+    return primtrace.jit(fn, executors=[NumbaFusionExecutor(**{"cost_model": False, **kw})])
 
 
 def execution(jfn):
