@@ -138,6 +138,66 @@ def fit_rounded(g, w, powers, a, b, dtype):
     return fixed, e
 
 
+def lawson_np(t, g, w, powers, iters=60):
+    """lawson() in float64 NumPy on given samples: enough for float32 targets (errors
+    near 2**-28 need nothing like float64's 2**-53) and seconds instead of minutes."""
+    a = t[:, None] ** np.array(powers, float)[None, :]
+    u = np.full(t.size, 1.0 / t.size)
+    best = None
+    for _ in range(iters):
+        sw = np.sqrt(u) * w
+        c = np.linalg.lstsq(a * sw[:, None], g * sw, rcond=None)[0]
+        err = np.abs(w * (a @ c - g))
+        if best is None or err.max() < best[1]:
+            best = (c, err.max())
+        u = u * err
+        u /= u.sum()
+    return best
+
+
+def fit_rounded_np(g, w, powers, a, b, dtype=np.float32, fixed=(), n=1500):
+    """fit_rounded with lawson_np on n Chebyshev points of [a, b]; ``fixed`` are leading
+    coefficients already chosen. Returns (coefficients, max weighted error on the points)."""
+    mp = _mp()
+    t = np.cos(np.pi * (np.arange(n) + 0.5) / n) * (b - a) / 2 + (a + b) / 2
+    gs = np.array([float(g(mp.mpf(float(v)))) for v in t])
+    ws = np.array([float(w(mp.mpf(float(v)))) for v in t])
+    out = list(fixed)
+    for j in range(len(out), len(powers)):
+        r = gs - sum(float(c) * t ** p for c, p in zip(out, powers))
+        out.append(dtype(lawson_np(t, r, ws, powers[j:])[0][0]))
+    r = gs - sum(float(c) * t ** p for c, p in zip(out, powers))
+    return out, float(np.abs(ws * r).max())
+
+
+#: float32 erf above ERF_F32_SMALL: pieces [lo, hi) with a polynomial each in t = a - m,
+#: erf = d0 + t*Q(t); d0 = erf(m) rounded, m picked near lo + 0.4 (hi - lo) so that d0 is
+#: within about 2**-40 of erf(m) (the last Horner step then adds one rounding, not two).
+ERF_F32_SMALL = 0.84375
+ERF_F32_PIECES = ((0.84375, 2.2, 10), (2.2, 4.0, 10))
+
+
+def erf_pieces_f32():
+    """[(m, coefficients, max abs error)] for ERF_F32_PIECES."""
+    mp = _mp()
+    out = []
+    for lo, hi, n in ERF_F32_PIECES:
+        centre = np.float32(lo + 0.4 * (hi - lo))
+        best = None
+        for k in range(-3000, 3000):                 # m on a 2**-16 grid around the centre
+            m = np.float32(centre + np.float32(k * 2.0 ** -16))
+            v = mp.erf(mp.mpf(float(m)))
+            miss = abs(v - mp.mpf(float(np.float32(float(v)))))
+            if best is None or miss < best[0]:
+                best = (miss, float(m))
+        m = best[1]
+        d0 = np.float32(float(mp.erf(mp.mpf(m))))
+        c, e = fit_rounded_np(lambda t: mp.erf(t + m), lambda t: 1, list(range(n)),
+                              lo - m, hi - m, fixed=(d0,))
+        out.append((m, c, e))
+    return out
+
+
 #: erfc(x) = exp(-x*x) * H(t) / x with t = (x - K)/(x + K): H = x * erfcx(x) is smooth and
 #: flat (0.31 .. 1/sqrt(pi)) in t over the whole tail, so one well-conditioned polynomial
 #: covers it. (x range, K) per dtype.
@@ -231,7 +291,18 @@ def main(names=None):
     mp = _mp()
     sp = specs()
     print(HEADER)
-    for name in names or PLAN:
+    for name in names or [*PLAN, "ERF_PIECES"]:
+        if name == "ERF_PIECES":
+            print(f"#: float32 erf above {ERF_F32_SMALL}: (lo, hi, m) per piece, then each\n"
+                  "#: piece's d0 + t*Q(t), t = |x| - m")
+            pieces = erf_pieces_f32()
+            bounds = tuple((lo, hi, m) for (lo, hi, _), (m, _, _) in
+                           zip(ERF_F32_PIECES, pieces))
+            print(f"ERF_PIECES_F32 = {bounds!r}")
+            for i, (_, c, e) in enumerate(pieces):
+                print(f"# max abs error {e:.3g}")
+                print(format_array(f"ERF_PIECE{i}_F32", c, "float32"))
+            continue
         for tag, key, n in PLAN[name]:
             g, w, a, b = sp[key]
             a = -b if a is None else a
