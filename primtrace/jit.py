@@ -33,6 +33,7 @@ from primtrace.executors import TORCH, Executor, default_executors
 from primtrace.executors.codegen import compile_trace
 from primtrace.executors.lowering import lower
 from primtrace.ir.proxy import NumberProxy
+from primtrace.ir.symbol import SymbolKind
 from primtrace.ir.trace import Trace, current_trace
 from primtrace.tracer.capture import TracingError, acquire, to_prims
 from primtrace.tracer.inputs import cache_key
@@ -387,5 +388,5 @@ def explain(fn: Callable, *args, **kwargs) -> Explanation:
     target = fn._fn if isinstance(fn, JitFunction) else fn
     acquisition = acquire(target, args, kwargs)
     opaque = [(n.symbol.qualname, n.source) for n in acquisition.flat_nodes()
-              if n.symbol.kind == "opaque"]
+              if n.symbol.kind is SymbolKind.OPAQUE]
     return Explanation(acquisition, opaque)

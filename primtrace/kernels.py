@@ -14,6 +14,8 @@ regions of the same trace. Nothing here imports Numba or numba.cuda until it is 
 """
 from __future__ import annotations
 
+from primtrace.ir.symbol import SymbolKind
+
 __all__ = ["kernel_source", "kernel_ptx", "clear_kernel_cache"]
 
 _DEVICES = ("cpu", "cuda")
@@ -46,7 +48,7 @@ def kernel_source(jfn, device: str = "cpu") -> str:
     if device == "cpu":
         execution = _last(jfn, 3)
         sources = [(n.symbol.name, n.symbol.source) for n in execution.nodes
-                   if n.symbol.kind == "fused" and getattr(n.symbol, "source", None)]
+                   if n.symbol.kind is SymbolKind.FUSED and n.symbol.source]
     else:
         from primtrace.executors.numba import gpu
         sources = []

@@ -24,6 +24,7 @@ from typing import Callable
 import networkx as nx
 
 from primtrace.ir.proxy import Proxy
+from primtrace.ir.symbol import SymbolKind
 from primtrace.ir.trace import Node, Trace, proxies_in
 from primtrace.tracer.passes import is_pure, mutated_proxy
 
@@ -59,7 +60,7 @@ class OperatorExecutor(Executor):
     def _entry(self, node: Node):
         sym = node.symbol
         entries = self._table.get(sym.qualname) or (
-            self._table.get(sym.name) if sym.kind == "prim" else None)
+            self._table.get(sym.name) if sym.kind is SymbolKind.PRIM else None)
         for impl, checker in entries or ():
             if checker is None or checker(*node.args, **node.kwargs):
                 return impl
@@ -130,7 +131,7 @@ def dependency_graph(trace: Trace) -> nx.DiGraph:
             for r in readers.get(written.name, ()):
                 if r != i:
                     g.add_edge(r, i, order=True)
-        if not is_pure(node) and node.symbol.kind != "fused":
+        if not is_pure(node) and node.symbol.kind is not SymbolKind.FUSED:
             if last_effect is not None:
                 g.add_edge(last_effect, i, order=True)
             last_effect = i
@@ -179,7 +180,7 @@ class FusionExecutor(Executor, abc.ABC):
         g = dependency_graph(trace)
         claimed = trace.tags.get("claimed", ())
         fusible = {i for i, n in enumerate(trace.nodes)
-                   if n.symbol.kind == "prim" and id(n) not in claimed and self.can_fuse(n)}
+                   if n.symbol.kind is SymbolKind.PRIM and id(n) not in claimed and self.can_fuse(n)}
         group = {i: i for i in fusible}
         members = {i: {i} for i in fusible}
         for v in range(len(trace.nodes)):

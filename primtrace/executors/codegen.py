@@ -16,6 +16,7 @@ import re
 import torch
 
 from primtrace.ir.proxy import Proxy
+from primtrace.ir.symbol import SymbolKind
 from primtrace.ir.trace import Node, Trace, proxies_in
 
 _ids = itertools.count()
@@ -110,7 +111,7 @@ def _fresh_constants(expr: str, em: _Emitter, made_while_tracing: set) -> str:
 
 def implementation(node: Node):
     """The callable that runs `node`: a fused node's compiled region, else its executor's impl."""
-    if node.symbol.kind == "fused":
+    if node.symbol.kind is SymbolKind.FUSED:
         return node.symbol.impl
     return node.executor.implementation(node)
 
@@ -135,7 +136,7 @@ def compile_trace(trace: Trace):
                 or p.name in returned]
         target, extra = em.targets(node.outputs) if used else ("", [])
         node_lines = [f"{target} = {call}" if target else call] + extra
-        if node.symbol.kind == "opaque" and used:
+        if node.symbol.kind is SymbolKind.OPAQUE and used:
             node_lines += _layout_checks(node, em)
         dead = sorted({p.name for p in node.inputs if last_use[p.name] == i
                        and p.name not in returned and p.name not in input_names})

@@ -14,7 +14,7 @@ import networkx as nx
 
 from primtrace.executors.base import (Executor, FusionExecutor, OperatorExecutor, Region,
                                       dependency_graph)
-from primtrace.ir.symbol import Symbol
+from primtrace.ir.symbol import Symbol, SymbolKind
 from primtrace.ir.trace import Node, Trace, proxies_in
 from primtrace.tracer.capture import torch_call_node
 
@@ -123,11 +123,10 @@ def _replace(nodes: list[Node], old: list[Node], new: Node) -> list[Node]:
 
 
 def _fused_node(ex: FusionExecutor, region: Region, index: int) -> Node:
-    sym = Symbol(f"{ex.name}_{index}", kind="fused", impl=ex.compile(region), module="",
-                 doc=f"{len(region.nodes)} prims fused by {ex.name}")
-    sym.show_subnodes = True
-    sym.region = region
-    sym.source = getattr(sym.impl, "source", None)  # generated code, where the executor has it
+    impl = ex.compile(region)
+    sym = Symbol(f"{ex.name}_{index}", kind=SymbolKind.FUSED, impl=impl, module="",
+                 doc=f"{len(region.nodes)} prims fused by {ex.name}", region=region,
+                 source=getattr(impl, "source", None))   # generated code, where it is kept
     return Node(sym, tuple(region.inputs), {}, tuple(region.outputs), list(region.nodes),
                 region.nodes[0].source, ex)
 

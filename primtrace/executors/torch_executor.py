@@ -12,6 +12,7 @@ from typing import Callable
 import torch
 
 from primtrace.executors.base import OperatorExecutor
+from primtrace.ir.symbol import SymbolKind
 from primtrace.ir.trace import Node
 
 
@@ -23,7 +24,7 @@ class TorchExecutor(OperatorExecutor):
 
     def claims(self, node: Node) -> bool:
         return super().claims(node) or (
-            node.symbol.kind in ("prim", "opaque") and node.symbol.impl is not None)
+            node.symbol.kind in (SymbolKind.PRIM, SymbolKind.OPAQUE) and node.symbol.impl is not None)
 
     def implementation(self, node: Node) -> Callable:
         if super().claims(node):

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from primtrace import dtypes
 from primtrace.ir.proxy import NumberProxy, TensorProxy
+from primtrace.ir.symbol import SymbolKind
 
 #: fills for fusion regions (light) and their borders/labels (strong), in order of use
 REGION_FILLS = ("#aec7e8", "#ffbb78", "#98df8a", "#c5b0d5", "#f7b6d2", "#dbdb8d", "#9edae5",
@@ -105,7 +106,7 @@ def drawing_model(trace, *, expand_fused: bool = True) -> Drawing:
 
     count = 0
     for node in trace.nodes:
-        if node.symbol.kind == "fused":
+        if node.symbol.kind is SymbolKind.FUSED:
             name = node.symbol.name
             drawing.regions[name] = REGION_FILLS[len(drawing.regions) % len(REGION_FILLS)]
             drawing.region_sizes[name] = len(node.subnodes)

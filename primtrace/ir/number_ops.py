@@ -11,7 +11,7 @@ from __future__ import annotations
 import operator
 
 from primtrace.ir.proxy import NumberProxy, NumberSpec, Proxy
-from primtrace.ir.symbol import Symbol
+from primtrace.ir.symbol import Symbol, SymbolKind
 from primtrace.ir.trace import current_trace
 
 _BINARY = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
@@ -50,7 +50,7 @@ def _meta(name):
     return meta
 
 
-SYMBOLS = {name: Symbol(f"number_{name}", kind="prim", meta=_meta(name), impl=op, module="prims",
+SYMBOLS = {name: Symbol(f"number_{name}", kind=SymbolKind.PRIM, meta=_meta(name), impl=op, module="prims",
                         tags=frozenset({"number"}), doc=f"Python `{name}` on numbers, at run time.")
            for name, op in {**_BINARY, **_UNARY}.items()}
 

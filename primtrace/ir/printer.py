@@ -10,6 +10,7 @@ import torch
 
 from primtrace import dtypes
 from primtrace.ir.proxy import NumberProxy, Proxy, TensorProxy
+from primtrace.ir.symbol import SymbolKind
 
 
 def format_value(v) -> str:
@@ -55,7 +56,7 @@ def format_call(node) -> str:
     out_proxies = [p for p in node.output_proxies if isinstance(p, (TensorProxy, NumberProxy))]
     comment = "  # " + ", ".join(f"{p.name}: {describe(p)}" for p in out_proxies) if out_proxies else ""
     executor = getattr(node, "executor", None)
-    if executor is not None and executor.name != "torch" and node.symbol.kind != "fused":
+    if executor is not None and executor.name != "torch" and node.symbol.kind is not SymbolKind.FUSED:
         comment += f"{'' if comment else '  #'} (by {executor.name})"  # who runs it, when not torch
     return f"{target} = {call}{comment}"
 
@@ -67,7 +68,7 @@ def _node_lines(node, indent: str, nested: bool, last_source: list) -> list[str]
         last_source[0] = node.source
     prefix = f"{indent}# " if nested else indent
     lines.append(prefix + format_call(node))
-    if not node.symbol.is_leaf or getattr(node.symbol, "show_subnodes", False):
+    if node.symbol.kind in (SymbolKind.REF, SymbolKind.FUSED):   # what it decomposes into
         for sub in node.subnodes:
             lines += _node_lines(sub, indent + "  ", True, last_source)
     return lines

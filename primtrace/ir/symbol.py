@@ -7,7 +7,9 @@ code path.
 """
 from __future__ import annotations
 
-from typing import Callable
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import torch
 
@@ -41,27 +43,47 @@ def _requires_grad(sym, args, kwargs) -> bool:
     return bool(inplace) or (torch.is_grad_enabled() and any(flags))
 
 
+class SymbolKind(enum.StrEnum):
+    """What a symbol is, which decides how passes, executors and printers treat its nodes."""
+    PRIM = "prim"      # strict primitive: a meta function and a torch implementation
+    REF = "ref"        # a torch-level op written in prims: recorded with its prims nested
+    OPAQUE = "opaque"  # a torch call run as is (no ref, or kept for autograd): a leaf
+    FUSED = "fused"    # a region of prims an executor compiled into one callable
+
+
+@dataclass(eq=False, repr=False, kw_only=True)
 class Symbol:
-    """A named operation.
+    """A named operation; see :class:`SymbolKind`. Every fact a pass, executor or the tracer
+    reads about a symbol is a field here (set when it is made)."""
+    name: str = field(kw_only=False)
+    kind: SymbolKind
+    fn: Callable | None = None      # REF: the decomposition, run as is
+    meta: Callable | None = None    # PRIM: computes output specs and checks the contract
+    impl: Callable | None = None    # PRIM, OPAQUE: runs on tensors; FUSED: the compiled region
+    tags: frozenset = frozenset()   # "elementwise", "inplace", "random", "guard", "number"...
+    module: str = "prims"           # where it prints from: prims.add, refs.add, torch.cumsum
+    doc: str | None = None
+    # elementwise refs
+    promote: tuple = ()             # the parameters type promotion reads
+    type_promotion_kind: Any = None
+    body: Callable | None = None    # the op-specific part under the elementwise decorator
+    declines: Callable | None = None  # (*args, **kwargs) -> True for calls left to torch
+    # opaque calls
+    torch_function: Callable | None = None
+    # fused regions
+    region: Any = None              # the executors.Region it runs
+    source: str | None = None       # the generated code, where the executor has it
 
-    kind "prim": ``meta`` computes output specs (and validates the contract), ``impl``
-    runs on torch tensors. kind "ref": ``fn`` is the decomposition, run as is. kind
-    "opaque": a torch function primtrace has no ref for, recorded as a leaf.
-    """
-
-    def __init__(self, name: str, *, kind: str, fn: Callable | None = None,
-                 meta: Callable | None = None, impl: Callable | None = None,
-                 tags: frozenset = frozenset(), module: str = "prims", doc: str | None = None):
-        self.name, self.kind, self.fn, self.meta, self.impl = name, kind, fn, meta, impl
-        self.tags, self.module = frozenset(tags), module
-        self.__name__ = name
-        self.__doc__ = doc or (fn.__doc__ if fn is not None else None)
-        self.__wrapped__ = fn
+    def __post_init__(self):
+        self.kind, self.tags = SymbolKind(self.kind), frozenset(self.tags)
+        self.__name__ = self.name
+        self.__doc__ = self.doc or (self.fn.__doc__ if self.fn is not None else None)
+        self.__wrapped__ = self.fn
 
     @property
     def is_leaf(self) -> bool:
-        """A leaf runs as one unit in an executor (prims and opaque torch calls)."""
-        return self.kind != "ref"
+        """A leaf runs as one unit in an executor (prims, opaque torch calls, regions)."""
+        return self.kind is not SymbolKind.REF
 
     @property
     def qualname(self) -> str:
@@ -71,18 +93,16 @@ class Symbol:
         trace = current_trace()
         if trace is not None and (trace.record_constants or has_proxy(args, kwargs)):
             return self._record(trace, args, kwargs)
-        if self.kind == "ref":
+        if self.kind is SymbolKind.REF:
             return self.fn(*args, **kwargs)
         if self.meta is not None:
             self.meta(*args, **kwargs)  # the contract check is the same code as in a trace
         return self.impl(*args, **kwargs)
 
     def _record(self, trace, args, kwargs):
-        resolve = getattr(trace, "resolve_args", None)
-        if resolve is not None:  # the tracer's view of mutated values (x.add_(y) then x)
-            args, kwargs = resolve(args, kwargs)
-        node = Node(self, args, kwargs, None, source=getattr(trace, "source_line", None))
-        if self.kind == "ref":
+        args, kwargs = trace.resolve_args(args, kwargs)  # x.add_(y) then x: the new version
+        node = Node(self, args, kwargs, None, source=trace.source_line)
+        if self.kind is SymbolKind.REF:
             with trace.scope(node):
                 node.outputs = self.fn(*args, **kwargs)
         else:

@@ -85,6 +85,19 @@ class Trace:
     #: While true, symbols record nodes even when no proxy is among their arguments
     #: (the tracer sets it for factories such as ``torch.ones`` so they run per call).
     record_constants: bool = False
+    #: > 0 while the tracer runs torch on meta tensors (calls then are not recorded)
+    bypass: int = 0
+    #: what the traced function reads besides its arguments (the tracer's StateRecorder)
+    state: Any = None
+
+    def latest(self, p):
+        """The value `p` stands for now (the tracer tracks in-place writes; a plain trace
+        has none)."""
+        return p
+
+    def resolve_args(self, args, kwargs):
+        """`args` and `kwargs` with each proxy replaced by its latest value."""
+        return args, kwargs
 
     # --- building -----------------------------------------------------------------------
     def fresh_name(self, prefix: str = "t") -> str:

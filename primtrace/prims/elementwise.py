@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from primtrace.dtypes import Category
-from primtrace.ir.symbol import Symbol
+from primtrace.ir.symbol import Symbol, SymbolKind
 from primtrace.prims.meta import elementwise_meta
 
 B, I, F, C = Category.BOOL, Category.INTEGER, Category.FLOATING, Category.COMPLEX
@@ -174,7 +174,7 @@ ARITY = {}
 def _make(name, impl, allowed, result):
     def meta(*args):
         return elementwise_meta(name, args, allowed, result)
-    return Symbol(name, kind="prim", meta=meta, impl=impl,
+    return Symbol(name, kind=SymbolKind.PRIM, meta=meta, impl=impl,
                   tags=frozenset({"elementwise"}), module="prims",
                   doc=f"Elementwise {name}; operands share shape and dtype.")
 

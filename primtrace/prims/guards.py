@@ -12,7 +12,7 @@ import math
 import torch
 
 from primtrace import dtypes
-from primtrace.ir.symbol import Symbol
+from primtrace.ir.symbol import Symbol, SymbolKind
 
 _C_NAMES = {
     torch.bool: "bool", torch.uint8: "uint8_t", torch.int8: "int8_t", torch.int16: "int16_t",
@@ -57,6 +57,6 @@ def _check_fits(value, dtype):
                            f"without overflow")
 
 
-check_fits = Symbol("check_fits", kind="prim", meta=lambda value, dtype: None, impl=_check_fits,
+check_fits = Symbol("check_fits", kind=SymbolKind.PRIM, meta=lambda value, dtype: None, impl=_check_fits,
                     tags=frozenset({"guard"}), module="prims",
                     doc="Raise eager's overflow error if the number does not convert to dtype.")

@@ -5,13 +5,13 @@ import torch
 
 from primtrace import dtypes
 from primtrace.ir.proxy import TensorSpec, contiguous_strides
-from primtrace.ir.symbol import Symbol
+from primtrace.ir.symbol import Symbol, SymbolKind
 from primtrace.prims.meta import (ANY_CATEGORY, PrimContractError, elementwise_meta,
                                   elementwise_strides, is_number, is_tensor)
 
 
 def _prim(name, meta, impl, tags=("structural",), doc=None):
-    return Symbol(name, kind="prim", meta=meta, impl=impl, tags=frozenset(tags),
+    return Symbol(name, kind=SymbolKind.PRIM, meta=meta, impl=impl, tags=frozenset(tags),
                   module="prims", doc=doc)
 
 

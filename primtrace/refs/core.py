@@ -16,7 +16,7 @@ import numbers
 import torch
 
 from primtrace import prims
-from primtrace.ir.symbol import Symbol
+from primtrace.ir.symbol import Symbol, SymbolKind
 from primtrace.refs.out import copy_to_out, copy_to_self, maybe_convert
 from primtrace.refs.promotion import Kind, elementwise_dtypes
 
@@ -71,7 +71,7 @@ def ref(fn=None, *, name=None, module="refs"):
     """Make a plain function a ref-level Symbol (so that a trace nests its prims)."""
     if fn is None:
         return functools.partial(ref, name=name, module=module)
-    sym = Symbol(name or fn.__name__, kind="ref", fn=fn, module=module)
+    sym = Symbol(name or fn.__name__, kind=SymbolKind.REF, fn=fn, module=module)
     functools.update_wrapper(sym, fn, updated=())
     sym.__wrapped__ = fn
     return sym
@@ -121,9 +121,8 @@ def elementwise(kind: Kind, promote=("a", "b"), *, scalars=None, name=None, modu
         run.__signature__ = signature.replace(parameters=[
             *signature.parameters.values(),
             inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, default=None)])
-        sym = Symbol(body.__name__, kind="ref", fn=run, module=module, doc=body.__doc__)
-        sym.promote, sym.type_promotion_kind, sym.body = tuple(promote), kind, body
-        return sym
+        return Symbol(body.__name__, kind=SymbolKind.REF, fn=run, module=module, doc=body.__doc__,
+                      promote=tuple(promote), type_promotion_kind=kind, body=body)
     return decorate
 
 
@@ -133,4 +132,4 @@ def inplace_variant(op: Symbol, name: str | None = None) -> Symbol:
         return copy_to_self(self, op(self, *args, **kwargs), (self, *args))
     run.__name__ = name or op.name + "_"
     run.__doc__ = f"In-place {op.name}: the result is cast back to self's dtype and shape."
-    return Symbol(run.__name__, kind="ref", fn=run, module=op.module)
+    return Symbol(run.__name__, kind=SymbolKind.REF, fn=run, module=op.module)

@@ -24,7 +24,7 @@ from torch.overrides import TorchFunctionMode
 
 from primtrace.ir import proxy as _proxy
 from primtrace.ir.proxy import NumberProxy, Proxy, TensorProxy, TensorSpec
-from primtrace.ir.symbol import Symbol, has_proxy
+from primtrace.ir.symbol import Symbol, SymbolKind, has_proxy
 from primtrace.ir.trace import Node, Trace, current_trace, tracing, tree_flatten
 from primtrace.tracer import mapping
 from primtrace.tracer.location import describe_location, user_location
@@ -51,10 +51,8 @@ class TracingTrace(Trace):
     def __init__(self, name: str = "fn"):
         super().__init__(name)
         self.versions: dict[str, Proxy] = {}   # proxy name -> its value after a mutation
-        self.bypass = 0                         # > 0 while running torch on meta tensors
         self.tags["grad_enabled"] = torch.is_grad_enabled()  # the mode of the whole call
         self.made: dict[int, torch.Tensor] = {}  # tensors created while tracing (constants)
-        self.state: StateRecorder | None = None  # what the function reads besides its args
 
     def lift_state(self, args, kwargs):
         """Real tensors the code reached outside its arguments become state inputs."""
@@ -94,7 +92,7 @@ class TracingTrace(Trace):
         node.grad_enabled = torch.is_grad_enabled()  # `with torch.no_grad():` inside fn
         super().record(node)
         sym = node.symbol
-        if (sym.kind == "prim" and "inplace" in sym.tags and node.args
+        if (sym.kind is SymbolKind.PRIM and "inplace" in sym.tags and node.args
                 and isinstance(node.args[0], TensorProxy) and isinstance(node.outputs, TensorProxy)):
             self.versions[node.args[0].name] = node.outputs
         return node
@@ -126,7 +124,7 @@ def dispatch(func, args, kwargs):
                            f"backward outside\n  {describe_location(user_location())}")
     if target.name in mapping.DATA_DEPENDENT:
         raise DataDependentError(_data_dependent_message(func, target))
-    state = getattr(trace, "state", None)
+    state = trace.state
     if state is not None:   # tensors read from state become inputs; the frames are noted
         args, kwargs = trace.lift_state(args, kwargs)
         state.note_frames(sys._getframe(1))
@@ -136,14 +134,13 @@ def dispatch(func, args, kwargs):
         return iter(dispatch(torch.Tensor.unbind, args[:1], {}))
     written = kwargs.get("out") if isinstance(kwargs.get("out"), TensorProxy) else (
         args[0] if args and isinstance(args[0], TensorProxy) else None)
-    if hasattr(trace, "resolve_args"):
-        args, kwargs = trace.resolve_args(args, kwargs)
+    args, kwargs = trace.resolve_args(args, kwargs)
     result = NotImplemented
     if target.ref is not None:
         result = _call_ref(trace, func, target, args, kwargs)
     if result is NotImplemented:
         result = record_opaque(trace, func, target, args, kwargs)
-    if written is not None and hasattr(trace, "latest") and result is not written and (
+    if written is not None and result is not written and (
             isinstance(result, TensorProxy) and trace.latest(written) is result):
         return written  # x.add_(y) returns x itself, as eager; reads of x see the new version
     return result
@@ -256,10 +253,10 @@ def opaque_symbol(func, mutates: str | None = None) -> Symbol:
                 return self
         else:
             impl = func
-        sym = Symbol(name, kind="opaque", impl=impl, module=mapping.print_module(func),
+        sym = Symbol(name, kind=SymbolKind.OPAQUE, impl=impl, module=mapping.print_module(func),
                      tags=frozenset({"inplace"}) if mutates else frozenset(),
-                     doc=f"torch's {name}, run as is (primtrace has no ref for it).")
-        sym.torch_function = func
+                     doc=f"torch's {name}, run as is (primtrace has no ref for it).",
+                     torch_function=func)
         _opaque_symbols[key] = sym
     return sym
 
@@ -325,9 +322,7 @@ def record_opaque(trace, func, target, args, kwargs):
     elif (target.inplace or target.name == "__setitem__") and args and isinstance(args[0], TensorProxy):
         mutated, mutates = args[0], "self"
     memo = {}
-    trace_bypass = getattr(trace, "bypass", None)
-    if trace_bypass is not None:
-        trace.bypass += 1
+    trace.bypass += 1
     try:
         meta_args, meta_kwargs = _to_meta(args, memo), _to_meta(kwargs, memo)
         with torch.device("meta"):
@@ -350,8 +345,7 @@ def record_opaque(trace, func, target, args, kwargs):
                    f"tensors, {where}")
         raise
     finally:
-        if trace_bypass is not None:
-            trace.bypass -= 1
+        trace.bypass -= 1
     if mutated is None and not any(isinstance(x, torch.Tensor) for x in tree_flatten(_plain(result))):
         return result  # a metadata query (x.is_floating_point(), torch.numel(x)): a constant
     device = _output_device(func, args, kwargs)
@@ -370,7 +364,7 @@ def record_opaque(trace, func, target, args, kwargs):
     node = Node(opaque_symbol(func, mutates), tuple(args), dict(kwargs), outputs,
                 source=trace.source_line)
     trace.record(node)
-    if mutated is not None and hasattr(trace, "versions"):
+    if mutated is not None and isinstance(trace, TracingTrace):
         trace.versions[mutated.name] = outputs
     _warn_once(display)
     return outputs

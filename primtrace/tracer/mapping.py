@@ -237,7 +237,6 @@ def bind(ref: Symbol, args: tuple, kwargs: dict):
         sig.bind(*args, **kwargs)
     except TypeError:
         return None
-    declines = getattr(ref, "declines", None)  # calls the ref leaves to torch (x.to("cuda"))
-    if declines is not None and declines(*args, **kwargs):
+    if ref.declines is not None and ref.declines(*args, **kwargs):  # left to torch (x.to("cuda"))
         return None
     return tuple(args), kwargs

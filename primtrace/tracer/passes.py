@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from primtrace.ir.proxy import Proxy, TensorProxy
+from primtrace.ir.symbol import SymbolKind
 from primtrace.ir.trace import Node, Trace, proxies_in
 
 IMPURE_TAGS = frozenset({"inplace", "random"})
@@ -23,7 +24,7 @@ IMPURE_TAGS = frozenset({"inplace", "random"})
 
 def is_pure(node: Node) -> bool:
     """A prim without side effects: may be removed when unused and merged with its twin."""
-    return node.symbol.kind == "prim" and not (node.symbol.tags & IMPURE_TAGS)
+    return node.symbol.kind is SymbolKind.PRIM and not (node.symbol.tags & IMPURE_TAGS)
 
 
 def mutated_proxy(node: Node):
@@ -35,7 +36,7 @@ def mutated_proxy(node: Node):
 
 
 def _is_convert(node: Node) -> bool:
-    return node.symbol.kind == "prim" and node.symbol.name == "convert_element_type"
+    return node.symbol.kind is SymbolKind.PRIM and node.symbol.name == "convert_element_type"
 
 
 def _convert_parts(node: Node):

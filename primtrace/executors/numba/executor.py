@@ -31,6 +31,7 @@ from primtrace.executors.base import FusionExecutor, Region, creates_cycle, depe
 from primtrace.executors.numba import lowering
 from primtrace.executors.numba.codegen import NotFusible, is_number, node_args
 from primtrace.ir.proxy import NumberProxy, TensorProxy
+from primtrace.ir.symbol import SymbolKind
 from primtrace.ir.trace import Node, Trace, proxies_in
 
 _STRUCTURAL = {"convert_element_type", "broadcast_in_dim", "where", "full", "copy_to"}
@@ -75,7 +76,7 @@ class NumbaFusionExecutor(FusionExecutor):
     # --- what may fuse ----------------------------------------------------------------------
     def can_fuse(self, node: Node) -> bool:
         sym = node.symbol
-        if sym.kind != "prim":
+        if sym.kind is not SymbolKind.PRIM:
             return False
         device = _device_type(node)
         if device is None or not self._device_ok(device):
@@ -273,10 +274,5 @@ class NumbaFusionExecutor(FusionExecutor):
 
 def kernel_sources(trace: Trace) -> dict[str, str]:
     """``{fused node name: source}`` of the fused regions in an execution trace."""
-    out = {}
-    for node in trace.nodes:
-        impl = getattr(node.symbol, "impl", None)
-        source = getattr(impl, "source", None)
-        if node.symbol.kind == "fused" and source is not None:
-            out[node.symbol.name] = source
-    return out
+    return {n.symbol.name: n.symbol.source for n in trace.nodes
+            if n.symbol.kind is SymbolKind.FUSED and n.symbol.source is not None}

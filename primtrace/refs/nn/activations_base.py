@@ -21,7 +21,7 @@ import struct
 
 import torch
 
-from primtrace.ir.symbol import Symbol
+from primtrace.ir.symbol import Symbol, SymbolKind
 from primtrace.prims.meta import torch_dtype_name
 from primtrace.refs.core import is_number, is_tensor, to_tensor
 from primtrace.refs.out import copy_to_out, copy_to_self, maybe_convert
@@ -211,8 +211,8 @@ def activation(accepts, *, kind: Kind = DEFAULT, scalars=None, inplace=True, out
             return apply(arguments, inplace=flag, out_tensor=arguments.pop("out", None))
 
         run.__name__, run.__doc__, run.__signature__ = op, body.__doc__, signature
-        sym = Symbol(op, kind="ref", fn=run, module=MODULE, doc=body.__doc__)
-        sym.promote, sym.type_promotion_kind, sym.body = ("input",), kind, body
+        sym = Symbol(op, kind=SymbolKind.REF, fn=run, module=MODULE, doc=body.__doc__,
+                     promote=("input",), type_promotion_kind=kind, body=body)
         sym.apply, sym.body_signature = apply, inspect.signature(body)
         return sym
     return decorate
@@ -234,6 +234,5 @@ def inplace_of(act: Symbol, name: str | None = None) -> Symbol:
 
     run.__name__, run.__signature__ = op, signature
     run.__doc__ = f"In-place {act.name}: written into input, which is returned."
-    sym = Symbol(op, kind="ref", fn=run, module=act.module, doc=run.__doc__)
-    sym.promote, sym.type_promotion_kind = act.promote, act.type_promotion_kind
-    return sym
+    return Symbol(op, kind=SymbolKind.REF, fn=run, module=act.module, doc=run.__doc__,
+                  promote=act.promote, type_promotion_kind=act.type_promotion_kind)
