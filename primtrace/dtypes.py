@@ -33,17 +33,49 @@ FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 COMPLEXES = (torch.complex64, torch.complex128)
 LOW_PRECISION = (torch.float16, torch.bfloat16, torch.complex32)
 
-_SHORT = {
-    torch.bool: "b8", torch.uint8: "u8", torch.int8: "i8", torch.int16: "i16",
-    torch.int32: "i32", torch.int64: "i64", torch.float16: "f16", torch.bfloat16: "bf16",
-    torch.float32: "f32", torch.float64: "f64", torch.complex32: "c32",
-    torch.complex64: "c64", torch.complex128: "c128",
+#: how each dtype is spelled: in printed traces ("f32"), as eager's messages name its scalar
+#: type ("Float"), as the C++ type of its kernels ("int64_t", in overflow messages), and as
+#: the typeid names other eager messages use ("long int")
+_NAMES = {
+    torch.bool: ("b8", "Bool", "bool", "bool"),
+    torch.uint8: ("u8", "Byte", "uint8_t", "unsigned char"),
+    torch.int8: ("i8", "Char", "int8_t", "signed char"),
+    torch.int16: ("i16", "Short", "int16_t", "short int"),
+    torch.int32: ("i32", "Int", "int", "int"),
+    torch.int64: ("i64", "Long", "int64_t", "long int"),
+    torch.float16: ("f16", "Half", "c10::Half", "c10::Half"),
+    torch.bfloat16: ("bf16", "BFloat16", "c10::BFloat16", "c10::BFloat16"),
+    torch.float32: ("f32", "Float", "float", "float"),
+    torch.float64: ("f64", "Double", "double", "double"),
+    torch.complex32: ("c32", "ComplexHalf", "c10::complex<c10::Half>", None),
+    torch.complex64: ("c64", "ComplexFloat", "c10::complex<float>", "c10::complex<float>"),
+    torch.complex128: ("c128", "ComplexDouble", "c10::complex<double>", "c10::complex<double>"),
 }
+
+
+def _name(dtype, i: int, default: str) -> str:
+    names = _NAMES.get(dtype)
+    return (names[i] if names is not None else None) or default
 
 
 def short_name(dtype: torch.dtype) -> str:
     """'f32' for torch.float32: the spelling used in printed traces."""
-    return _SHORT.get(dtype, str(dtype).replace("torch.", ""))
+    return _name(dtype, 0, str(dtype).replace("torch.", ""))
+
+
+def scalar_type_name(dtype: torch.dtype) -> str:
+    """'Float' for torch.float32: how eager's messages name a dtype."""
+    return _name(dtype, 1, str(dtype))
+
+
+def c_type_name(dtype: torch.dtype) -> str:
+    """'int64_t' for torch.int64: the C++ type in eager's overflow messages."""
+    return _name(dtype, 2, str(dtype))
+
+
+def type_meta_name(dtype: torch.dtype) -> str:
+    """'long int' for torch.int64: the typeid name some eager messages use."""
+    return _name(dtype, 3, str(dtype))
 
 
 def category(dtype: torch.dtype) -> Category:

@@ -23,8 +23,8 @@ from typing import NamedTuple
 import torch
 
 from primtrace.ir import Symbol, TensorSpec, Trace, tracing
-from primtrace.ir.proxy import contiguous_strides
-from primtrace.ir.trace import proxies_in
+from primtrace.ir.strides import contiguous_strides
+from primtrace.ir.tree import proxies_in
 from primtrace.executors.numba import NumbaFusionExecutor
 
 FUSION = NumbaFusionExecutor()

@@ -25,7 +25,8 @@ import networkx as nx
 
 from primtrace.ir.proxy import Proxy
 from primtrace.ir.symbol import SymbolKind
-from primtrace.ir.trace import Node, Trace, proxies_in
+from primtrace.ir.trace import Node, Trace
+from primtrace.ir.tree import proxies_in
 from primtrace.tracer.passes import is_pure, mutated_proxy
 
 
@@ -226,5 +227,3 @@ def creates_cycle(g: nx.DiGraph, group: dict, members: dict, a, b) -> bool:
                 stack.append(s)
     return False
 
-
-_creates_cycle = creates_cycle  # the name the first fusion executor imported

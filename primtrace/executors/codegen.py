@@ -17,7 +17,8 @@ import torch
 
 from primtrace.ir.proxy import Proxy
 from primtrace.ir.symbol import SymbolKind
-from primtrace.ir.trace import Node, Trace, proxies_in
+from primtrace.ir.trace import Node, Trace
+from primtrace.ir.tree import proxies_in
 
 _ids = itertools.count()
 

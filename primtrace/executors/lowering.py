@@ -15,7 +15,8 @@ import networkx as nx
 from primtrace.executors.base import (Executor, FusionExecutor, OperatorExecutor, Region,
                                       dependency_graph)
 from primtrace.ir.symbol import Symbol, SymbolKind
-from primtrace.ir.trace import Node, Trace, proxies_in
+from primtrace.ir.trace import Node, Trace
+from primtrace.ir.tree import proxies_in
 from primtrace.tracer.capture import torch_call_node
 
 

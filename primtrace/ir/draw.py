@@ -23,6 +23,7 @@ from pathlib import Path
 from primtrace import dtypes
 from primtrace.ir.proxy import NumberProxy, TensorProxy
 from primtrace.ir.symbol import SymbolKind
+from primtrace.ir.tree import proxies_in
 
 #: fills for fusion regions (light) and their borders/labels (strong), in order of use
 REGION_FILLS = ("#aec7e8", "#ffbb78", "#98df8a", "#c5b0d5", "#f7b6d2", "#dbdb8d", "#9edae5",
@@ -120,7 +121,6 @@ def drawing_model(trace, *, expand_fused: bool = True) -> Drawing:
         else:
             add_op(node, f"op{count}", None)
         count += 1
-    from primtrace.ir.trace import proxies_in
     seen = set()
     for p in proxies_in(trace.outputs):
         if p.name in seen:

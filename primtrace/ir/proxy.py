@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 
 from primtrace import dtypes
+from primtrace.ir.strides import dense_strides, matches_dense
 
 # The tracer installs the function that turns a torch-level call on proxies into refs.
 _dispatcher: Callable | None = None
@@ -31,14 +32,6 @@ def _dispatch(func, args, kwargs=None):
 
 
 _no_torch_function = torch._C.DisableTorchFunction
-
-
-def contiguous_strides(shape) -> tuple[int, ...]:
-    strides, acc = [], 1
-    for size in reversed(shape):
-        strides.append(acc)
-        acc *= max(size, 1)
-    return tuple(reversed(strides))
 
 
 @dataclass(frozen=True)
@@ -208,8 +201,8 @@ class TensorProxy(Proxy, torch.Tensor):
 
     def is_contiguous(self, memory_format=torch.contiguous_format) -> bool:
         if memory_format is torch.channels_last and self.ndim == 4:
-            return _is_dense_like(self._shape, self._strides, _permuted_strides(self._shape, (0, 2, 3, 1)))
-        return _is_dense_like(self._shape, self._strides, contiguous_strides(self._shape))
+            return matches_dense(self._shape, self._strides, dense_strides(self._shape, (0, 2, 3, 1)))
+        return matches_dense(self._shape, self._strides, dense_strides(self._shape))
 
     def is_floating_point(self) -> bool:
         return self._dtype.is_floating_point
@@ -283,16 +276,3 @@ class TensorProxy(Proxy, torch.Tensor):
 def is_real_tensor(x) -> bool:
     """A torch.Tensor holding data (not a proxy)."""
     return isinstance(x, torch.Tensor) and not isinstance(x, TensorProxy)
-
-
-def _permuted_strides(shape, order):
-    """Dense strides for `shape` laid out in memory in dimension order `order` (outer first)."""
-    strides, acc = [0] * len(shape), 1
-    for d in reversed(order):
-        strides[d] = acc
-        acc *= max(shape[d], 1)
-    return tuple(strides)
-
-
-def _is_dense_like(shape, strides, expected) -> bool:
-    return all(size <= 1 or s == e for size, s, e in zip(shape, strides, expected))

@@ -14,7 +14,8 @@ from typing import Any, Callable
 import torch
 
 from primtrace.ir.proxy import NumberSpec, Proxy, TensorSpec
-from primtrace.ir.trace import Node, current_trace, tree_flatten
+from primtrace.ir.trace import Node, current_trace
+from primtrace.ir.tree import tree_flatten
 
 
 def has_proxy(args, kwargs=None) -> bool:

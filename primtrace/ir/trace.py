@@ -15,19 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from primtrace.ir.proxy import NumberProxy, Proxy, TensorProxy, TensorSpec
-
-
-def tree_flatten(obj) -> list:
-    """The leaves of a nest of tuples, lists and dicts, in order."""
-    if isinstance(obj, (tuple, list)):
-        return [leaf for item in obj for leaf in tree_flatten(item)]
-    if isinstance(obj, dict):
-        return [leaf for key in obj for leaf in tree_flatten(obj[key])]
-    return [obj]
-
-
-def proxies_in(obj) -> list[Proxy]:
-    return [leaf for leaf in tree_flatten(obj) if isinstance(leaf, Proxy)]
+from primtrace.ir.tree import proxies_in
 
 
 @dataclass(eq=False)
@@ -182,14 +170,5 @@ def tracing(trace: Trace):
     token = _current.set(trace)
     try:
         yield trace
-    finally:
-        _current.reset(token)
-
-
-@contextlib.contextmanager
-def not_tracing():
-    token = _current.set(None)
-    try:
-        yield
     finally:
         _current.reset(token)

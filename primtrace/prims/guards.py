@@ -14,13 +14,6 @@ import torch
 from primtrace import dtypes
 from primtrace.ir.symbol import Symbol, SymbolKind
 
-_C_NAMES = {
-    torch.bool: "bool", torch.uint8: "uint8_t", torch.int8: "int8_t", torch.int16: "int16_t",
-    torch.int32: "int", torch.int64: "int64_t", torch.float16: "c10::Half",
-    torch.bfloat16: "c10::BFloat16", torch.float32: "float", torch.float64: "double",
-    torch.complex32: "c10::complex<c10::Half>", torch.complex64: "c10::complex<float>",
-    torch.complex128: "c10::complex<double>",
-}
 
 
 
@@ -53,7 +46,7 @@ def number_overflows(value, dtype) -> bool:
 
 def _check_fits(value, dtype):
     if number_overflows(value, dtype):
-        raise RuntimeError(f"value cannot be converted to type {_C_NAMES.get(dtype, dtype)} "
+        raise RuntimeError(f"value cannot be converted to type {dtypes.c_type_name(dtype)} "
                            f"without overflow")
 
 

@@ -13,7 +13,8 @@ import torch
 
 from primtrace import dtypes
 from primtrace.dtypes import Category
-from primtrace.ir.proxy import TensorProxy, TensorSpec, contiguous_strides
+from primtrace.ir.proxy import TensorProxy, TensorSpec
+from primtrace.ir.strides import contiguous_strides, dense_strides, matches_dense
 
 
 ANY_CATEGORY = frozenset(Category)
@@ -40,7 +41,7 @@ def elementwise_strides(shape, operand_strides) -> tuple:
     ndim = len(shape)
     contiguous = contiguous_strides(shape)
     if ndim <= 1 or not operand_strides or all(
-            _dense_match(shape, s, contiguous) for s in operand_strides):
+            matches_dense(shape, s, contiguous) for s in operand_strides):
         return contiguous
 
     def should_swap(d0, d1):
@@ -66,15 +67,7 @@ def elementwise_strides(shape, operand_strides) -> tuple:
                 dim1 = dim0
             elif comparison < 0:
                 break
-    strides, acc = [0] * ndim, 1
-    for d in perm:
-        strides[d] = acc
-        acc *= max(shape[d], 1)
-    return tuple(strides)
-
-
-def _dense_match(shape, strides, expected) -> bool:
-    return all(size <= 1 or s == e for size, s, e in zip(shape, strides, expected))
+    return dense_strides(shape, perm[::-1])
 
 
 def elementwise_meta(name: str, args, allowed: frozenset, result: str = "same",
@@ -114,23 +107,7 @@ def elementwise_meta(name: str, args, allowed: frozenset, result: str = "same",
                 f"prims.{name}: a {getattr(a, 'python_type', type(a)).__name__} scalar "
                 f"does not fit dtype {dtype}")
     if cat not in allowed:
-        raise NotImplementedError(f'"{name}" not implemented for \'{_torch_name(dtype)}\'')
+        raise NotImplementedError(f'"{name}" not implemented for \'{dtypes.scalar_type_name(dtype)}\'')
     out_dtype = {"same": dtype, "bool": torch.bool, "real": dtypes.to_real(dtype)}[result]
     strides = elementwise_strides(shape, [tuple(t.stride()) for t in dimensioned])
     return TensorSpec(shape, out_dtype, device, strides)
-
-
-_TORCH_NAMES = {
-    torch.bool: "Bool", torch.uint8: "Byte", torch.int8: "Char", torch.int16: "Short",
-    torch.int32: "Int", torch.int64: "Long", torch.float16: "Half", torch.bfloat16: "BFloat16",
-    torch.float32: "Float", torch.float64: "Double", torch.complex32: "ComplexHalf",
-    torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble",
-}
-
-
-def _torch_name(dtype) -> str:
-    """The name eager uses for a dtype in error messages ('Float', 'Long')."""
-    return _TORCH_NAMES.get(dtype, str(dtype))
-
-
-torch_dtype_name = _torch_name

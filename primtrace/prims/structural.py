@@ -4,7 +4,8 @@ from __future__ import annotations
 import torch
 
 from primtrace import dtypes
-from primtrace.ir.proxy import TensorSpec, contiguous_strides
+from primtrace.ir.proxy import TensorSpec
+from primtrace.ir.strides import contiguous_strides
 from primtrace.ir.symbol import Symbol, SymbolKind
 from primtrace.prims.meta import (ANY_CATEGORY, PrimContractError, elementwise_meta,
                                   elementwise_strides, is_number, is_tensor)

@@ -11,9 +11,7 @@ import functools
 import torch
 
 from primtrace import dtypes, prims
-from primtrace.prims.meta import torch_dtype_name
-from primtrace.refs.binary_checks import (checked, number_category, require_tensor,
-                                          without_complex32)
+from primtrace.refs.binary_checks import checked, number_category, require_tensor, without_complex32
 from primtrace.refs.core import (elementwise, inplace_variant, is_number, is_tensor,
                                  maybe_convert, ref, to_tensor)
 from primtrace.refs.out import copy_to_self
@@ -229,8 +227,8 @@ def float_power(input, exponent, *, out=None):
     require_tensor("float_power", input, exponent)
     dtype = _float_power_dtype(input, exponent)
     if out is not None and out.dtype != dtype:
-        raise RuntimeError(f"the output given to float_power has dtype {torch_dtype_name(out.dtype)} "
-                           f"but the operation's result requires dtype {torch_dtype_name(dtype)}")
+        raise RuntimeError(f"the output given to float_power has dtype {dtypes.scalar_type_name(out.dtype)} "
+                           f"but the operation's result requires dtype {dtypes.scalar_type_name(dtype)}")
     input, exponent = (maybe_convert(x, dtype) if is_tensor(x) else x for x in (input, exponent))
     return pow(input, exponent, out=out)
 
@@ -240,8 +238,8 @@ def float_power_(self, exponent):
     """In-place float_power: self must already be float64 (complex128)."""
     dtype = _float_power_dtype(self, exponent)
     if self.dtype != dtype:
-        raise RuntimeError(f"the base given to float_power_ has dtype {torch_dtype_name(self.dtype)} "
-                           f"but the operation's result requires dtype {torch_dtype_name(dtype)}")
+        raise RuntimeError(f"the base given to float_power_ has dtype {dtypes.scalar_type_name(self.dtype)} "
+                           f"but the operation's result requires dtype {dtypes.scalar_type_name(dtype)}")
     return copy_to_self(self, float_power(self, exponent), (self, exponent))
 
 

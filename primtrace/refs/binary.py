@@ -9,11 +9,8 @@ import math
 import torch
 
 from primtrace import dtypes, prims
-from primtrace.prims.meta import torch_dtype_name
 from primtrace.refs.arithmetic import mul, pow
-from primtrace.refs.binary_checks import (checked, exact_add, exact_sub, python_zero, require_tensor,
-                                          type_meta_name,
-                                          without_complex32)
+from primtrace.refs.binary_checks import checked, exact_add, exact_sub, python_zero, require_tensor, without_complex32
 from primtrace.refs.core import (broadcast, broadcast_shapes, elementwise, inplace_variant,
                                  is_tensor, maybe_convert, ref, to_tensor)
 from primtrace.refs.out import copy_to_out
@@ -94,7 +91,7 @@ def _as_tensors(a, b):
 
 def _no_complex_kernel(name, t):
     if t.dtype.is_complex:
-        raise NotImplementedError(f'"{name}_cpu" not implemented for \'{torch_dtype_name(t.dtype)}\'')
+        raise NotImplementedError(f'"{name}_cpu" not implemented for \'{dtypes.scalar_type_name(t.dtype)}\'')
 
 
 def _xlogy_check(input, other):
@@ -162,7 +159,7 @@ def ldexp(input, other, *, out=None):
     if not (is_tensor(input) and is_tensor(other)):
         raise TypeError("ldexp(): arguments 'input' and 'other' must be Tensors")
     if out is not None and dtypes.is_integer(out.dtype):
-        raise RuntimeError(f"ldexp can't be cast to the desired output type {torch_dtype_name(out.dtype)}")
+        raise RuntimeError(f"ldexp can't be cast to the desired output type {dtypes.scalar_type_name(out.dtype)}")
     if (dtypes.is_integer(other.dtype) and input.dtype.is_floating_point
             and (out is None or out.dtype == input.dtype)):
         if other.dtype is torch.bool:
@@ -201,10 +198,10 @@ def _frexp_check(input, out=None):
         mantissa, exponent = out
         if mantissa.dtype != input.dtype:
             raise RuntimeError(f"torch.frexp() expects mantissa to have dtype "
-                               f"{type_meta_name(input.dtype)} but got {type_meta_name(mantissa.dtype)}")
+                               f"{dtypes.type_meta_name(input.dtype)} but got {dtypes.type_meta_name(mantissa.dtype)}")
         if exponent.dtype != torch.int32:
             raise RuntimeError(f"torch.frexp() expects exponent to have int dtype but got "
-                               f"{type_meta_name(exponent.dtype)}")
+                               f"{dtypes.type_meta_name(exponent.dtype)}")
 
 
 @checked(_frexp_check)

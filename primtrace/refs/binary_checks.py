@@ -17,25 +17,10 @@ import torch
 
 from primtrace import dtypes, prims
 from primtrace.dtypes import Category
-from primtrace.prims.meta import torch_dtype_name
 from primtrace.refs.core import is_number, is_tensor
 from primtrace.refs.promotion import result_type
 
 __all__ = []  # helpers, not refs
-
-_TYPE_META_NAMES = {
-    torch.bool: "bool", torch.uint8: "unsigned char", torch.int8: "signed char",
-    torch.int16: "short int", torch.int32: "int", torch.int64: "long int",
-    torch.float16: "c10::Half", torch.bfloat16: "c10::BFloat16", torch.float32: "float",
-    torch.float64: "double", torch.complex64: "c10::complex<float>",
-    torch.complex128: "c10::complex<double>",
-}
-
-
-def type_meta_name(dtype) -> str:
-    """How some eager messages spell a dtype (the C++ type: 'float', 'long int')."""
-    return _TYPE_META_NAMES.get(dtype, str(dtype))
-
 
 def checked(check):
     """Run `check(*args, **kwargs)` on the raw arguments before the ref (eager's up-front
@@ -113,5 +98,5 @@ def exact_sub(x, y):
 def check_out_dtype(out, dtype):
     """For ops whose out= must have exactly the result dtype (no safe cast)."""
     if out is not None and out.dtype != dtype:
-        raise RuntimeError(f"Expected out type to be {torch_dtype_name(dtype)} but got "
-                           f"{torch_dtype_name(out.dtype)}")
+        raise RuntimeError(f"Expected out type to be {dtypes.scalar_type_name(dtype)} but got "
+                           f"{dtypes.scalar_type_name(out.dtype)}")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 
 from primtrace import dtypes, prims
-from primtrace.prims.meta import torch_dtype_name
 from primtrace.refs.arithmetic import add, mul, sub
 from primtrace.refs.binary import make_binary
 from primtrace.refs.binary_checks import python_zero, without_complex32
@@ -67,7 +66,7 @@ def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
     if not (is_tensor(input) and is_tensor(other)):
         raise TypeError("isclose(): arguments 'input' and 'other' must be Tensors")
     if input.dtype != other.dtype:
-        raise RuntimeError(f"{torch_dtype_name(input.dtype)} did not match {torch_dtype_name(other.dtype)}")
+        raise RuntimeError(f"{dtypes.scalar_type_name(input.dtype)} did not match {dtypes.scalar_type_name(other.dtype)}")
     if rtol < 0:
         raise RuntimeError(f"rtol must be greater than or equal to zero, but got {rtol}")
     if atol < 0:

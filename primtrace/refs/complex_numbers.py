@@ -9,7 +9,6 @@ from __future__ import annotations
 import torch
 
 from primtrace import dtypes, prims
-from primtrace.prims.meta import torch_dtype_name
 from primtrace.refs.binary_checks import checked
 from primtrace.refs.core import broadcast, broadcast_shapes, is_tensor, ref
 from primtrace.refs.out import copy_to_out
@@ -28,14 +27,14 @@ def _parts_check(name, names):
                                 f"Tensor, not {type(x).__name__}")
         if a.dtype not in PART_DTYPES or b.dtype not in PART_DTYPES:
             raise RuntimeError(f"Expected both inputs to be Half, Float or Double tensors but got "
-                               f"{torch_dtype_name(a.dtype)} and {torch_dtype_name(b.dtype)}")
+                               f"{dtypes.scalar_type_name(a.dtype)} and {dtypes.scalar_type_name(b.dtype)}")
         if a.dtype != b.dtype:
-            raise RuntimeError(f"Expected object of scalar type {torch_dtype_name(a.dtype)} but "
-                               f"got scalar type {torch_dtype_name(b.dtype)} for second argument")
+            raise RuntimeError(f"Expected object of scalar type {dtypes.scalar_type_name(a.dtype)} but "
+                               f"got scalar type {dtypes.scalar_type_name(b.dtype)} for second argument")
         expected = dtypes.to_complex(a.dtype)
         if out is not None and out.dtype != expected:
-            raise RuntimeError(f"Expected object of scalar type {torch_dtype_name(expected)} but "
-                               f"got scalar type {torch_dtype_name(out.dtype)} for argument 'out'")
+            raise RuntimeError(f"Expected object of scalar type {dtypes.scalar_type_name(expected)} but "
+                               f"got scalar type {dtypes.scalar_type_name(out.dtype)} for argument 'out'")
     return check
 
 

@@ -21,8 +21,8 @@ import torch
 
 from primtrace import dtypes, prims
 from primtrace.refs.core import is_tensor, maybe_convert, ref
-from primtrace.refs.creation import (CHANNELS_LAST_ORDERS, PYTHON_DTYPES, as_dtype,
-                                     dense_strides, new_in_format)
+from primtrace.ir.strides import dense_strides
+from primtrace.refs.creation import CHANNELS_LAST_ORDERS, PYTHON_DTYPES, as_dtype, new_in_format
 
 #: Tensor method -> the dtype it converts to (x.float() is x.to(torch.float32))
 DTYPE_METHODS = {

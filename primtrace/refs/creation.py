@@ -25,9 +25,8 @@ import warnings
 import torch
 
 from primtrace import dtypes, prims
-from primtrace.ir.proxy import contiguous_strides
+from primtrace.ir.strides import contiguous_strides, dense_strides
 from primtrace.ir.trace import current_trace
-from primtrace.prims.meta import torch_dtype_name
 from primtrace.refs.core import is_number, is_tensor, maybe_convert, ref
 
 __all__ = ["full", "zeros", "ones", "empty", "full_like", "zeros_like", "ones_like",
@@ -136,21 +135,12 @@ def device_of(device) -> torch.device:
 
 def _check_out_dtype(dtype, out):
     if dtype is not None and dtype != out.dtype:
-        raise RuntimeError(f"dtype {torch_dtype_name(dtype)} does not match dtype of out "
-                           f"parameter ({torch_dtype_name(out.dtype)})")
+        raise RuntimeError(f"dtype {dtypes.scalar_type_name(dtype)} does not match dtype of out "
+                           f"parameter ({dtypes.scalar_type_name(out.dtype)})")
 
 
 #: the dimension order (outermost first) of the channels-last memory formats
 CHANNELS_LAST_ORDERS = {torch.channels_last: (0, 2, 3, 1), torch.channels_last_3d: (0, 2, 3, 4, 1)}
-
-
-def dense_strides(shape, order) -> tuple:
-    """Dense strides for `shape` with its dimensions laid out in `order` (outermost first)."""
-    strides, acc = [0] * len(shape), 1
-    for d in reversed(order):
-        strides[d] = acc
-        acc *= max(shape[d], 1)
-    return tuple(strides)
 
 
 def format_strides(shape, memory_format) -> tuple:
@@ -437,7 +427,7 @@ def arange(start=None, end=None, step=1, *, out=None, dtype=None, layout=None, d
         integral = all(isinstance(x, int) for x in (start, end, step))  # bool is an int
         dtype = torch.int64 if integral else dtypes.default_float()
     if dtype is torch.bool or dtype.is_complex:
-        raise NotImplementedError(f"\"arange_cpu\" not implemented for '{torch_dtype_name(dtype)}'")
+        raise NotImplementedError(f"\"arange_cpu\" not implemented for '{dtypes.scalar_type_name(dtype)}'")
     length = arange_length(start, end, step, dtype)
     acc = _accumulation_dtype(dtype)
     x_start, x_step = _to_accumulation(start, acc), _to_accumulation(step, acc)

@@ -11,7 +11,6 @@ import warnings
 
 from primtrace import dtypes, prims
 from primtrace.ir.proxy import is_real_tensor
-from primtrace.prims.meta import torch_dtype_name
 
 OVERLAP_MESSAGE = ("unsupported operation: some elements of the input tensor and the written-to "
                    "tensor refer to a single memory location. Please clone() the tensor before "
@@ -32,8 +31,8 @@ def maybe_convert(t, dtype):
 
 def check_can_cast(result_dtype, out_dtype):
     if not dtypes.can_cast(result_dtype, out_dtype):
-        raise RuntimeError(f"result type {torch_dtype_name(result_dtype)} can't be cast to the "
-                           f"desired output type {torch_dtype_name(out_dtype)}")
+        raise RuntimeError(f"result type {dtypes.scalar_type_name(result_dtype)} can't be cast to the "
+                           f"desired output type {dtypes.scalar_type_name(out_dtype)}")
 
 
 def _non_overlapping_and_dense(t) -> bool:

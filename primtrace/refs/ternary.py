@@ -12,10 +12,8 @@ import functools
 import torch
 
 from primtrace import dtypes, prims
-from primtrace.ir.proxy import contiguous_strides
-from primtrace.prims.meta import torch_dtype_name
-from primtrace.refs.binary_checks import (check_fits, check_out_dtype, checked, exact_add, exact_sub,
-                                          python_zero, type_meta_name, without_complex32)
+from primtrace.ir.strides import contiguous_strides
+from primtrace.refs.binary_checks import check_fits, check_out_dtype, checked, exact_add, exact_sub, python_zero, without_complex32
 from primtrace.refs.core import (broadcast, broadcast_shapes, elementwise, inplace_variant,
                                  is_number, is_tensor, maybe_convert, ref, to_tensor)
 from primtrace.refs.creation import as_nodes, filled
@@ -34,19 +32,19 @@ def _require_tensors(op_name, **named):
 
 
 def _not_implemented(kernel, dtype):
-    return NotImplementedError(f'"{kernel}" not implemented for \'{torch_dtype_name(dtype)}\'')
+    return NotImplementedError(f'"{kernel}" not implemented for \'{dtypes.scalar_type_name(dtype)}\'')
 
 
 # --- lerp --------------------------------------------------------------------------------------
 def _lerp_check(input, end, weight, out=None):
     _require_tensors("lerp", input=input, end=end)
     if end.dtype != input.dtype:
-        raise RuntimeError(f"expected dtype {type_meta_name(input.dtype)} for `end` but got dtype "
-                           f"{type_meta_name(end.dtype)}")
+        raise RuntimeError(f"expected dtype {dtypes.type_meta_name(input.dtype)} for `end` but got dtype "
+                           f"{dtypes.type_meta_name(end.dtype)}")
     if is_tensor(weight) and weight.ndim > 0:  # no promotion at all: out= too must match
         if weight.dtype != input.dtype:
-            raise RuntimeError(f"expected dtype {type_meta_name(input.dtype)} for `weight` but "
-                               f"got dtype {type_meta_name(weight.dtype)}")
+            raise RuntimeError(f"expected dtype {dtypes.type_meta_name(input.dtype)} for `weight` but "
+                               f"got dtype {dtypes.type_meta_name(weight.dtype)}")
         check_out_dtype(out, input.dtype)
     if is_number(weight):
         if dtypes.is_integer(input.dtype):
@@ -209,7 +207,7 @@ def _where_check(condition, input, other, out=None):
         check_out_dtype(out, result_type(input, other))
     if condition.dtype is not torch.bool:
         raise RuntimeError("where expected condition to be a boolean tensor, but got a tensor with "
-                           f"dtype {torch_dtype_name(condition.dtype)}")
+                           f"dtype {dtypes.scalar_type_name(condition.dtype)}")
 
 
 @checked(_where_check)
@@ -229,7 +227,7 @@ def _masked_fill_check(input, mask, value):
     _require_tensors("masked_fill", input=input, mask=mask)
     if mask.dtype is not torch.bool:
         raise RuntimeError("masked_fill_ only supports boolean masks, but got mask with dtype "
-                           f"{type_meta_name(mask.dtype)}")
+                           f"{dtypes.type_meta_name(mask.dtype)}")
     if is_tensor(value) and value.ndim > 0:
         raise RuntimeError("masked_fill_ only supports a 0-dimensional value tensor, but got tensor "
                            f"with {value.ndim} dimension(s).")
@@ -260,8 +258,8 @@ def _triangle(name, lower):
             raise TypeError(f"{name}(): argument 'diagonal' (position 2) must be int, not "
                             f"{type(diagonal).__name__}")
         if out is not None and out.dtype != input.dtype:
-            raise RuntimeError(f"Expected out tensor to have dtype {type_meta_name(input.dtype)}, "
-                               f"but got {type_meta_name(out.dtype)} instead")
+            raise RuntimeError(f"Expected out tensor to have dtype {dtypes.type_meta_name(input.dtype)}, "
+                               f"but got {dtypes.type_meta_name(out.dtype)} instead")
         shape, (rows, cols), device = tuple(input.shape), input.shape[-2:], input.device
         with as_nodes():  # made on every call, not trace-time constants
             row = prims.broadcast_in_dim(prims.iota(rows, start=0, step=1, dtype=torch.int64,

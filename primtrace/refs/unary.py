@@ -14,7 +14,6 @@ import operator
 import torch
 
 from primtrace import dtypes, prims
-from primtrace.prims.meta import torch_dtype_name
 from primtrace.refs.core import elementwise, is_tensor, ref
 from primtrace.refs.out import copy_to_self
 from primtrace.refs.promotion import (ALWAYS_BOOL, BOOL_TO_LONG, COMPLEX_TO_FLOAT, DEFAULT,
@@ -333,8 +332,8 @@ def _nan_to_num_real(x, nan, posinf, neginf):
 def _nan_to_num_out(sym, arguments):
     input, out = arguments.get("input"), arguments.get("out")
     if is_tensor(input) and is_tensor(out) and out.dtype != input.dtype:
-        raise RuntimeError(f"nan_to_num: dtype of out: {torch_dtype_name(out.dtype)} should be "
-                           f"same as input: {torch_dtype_name(input.dtype)}")
+        raise RuntimeError(f"nan_to_num: dtype of out: {dtypes.scalar_type_name(out.dtype)} should be "
+                           f"same as input: {dtypes.scalar_type_name(input.dtype)}")
 
 
 @precheck(_nan_to_num_out)

@@ -13,7 +13,7 @@ import inspect
 
 import torch
 
-from primtrace.prims.meta import torch_dtype_name
+from primtrace import dtypes
 from primtrace.refs.core import is_tensor
 from primtrace.refs.promotion import elementwise_dtypes
 
@@ -47,7 +47,7 @@ def result_dtype(sym, arguments):
 
 
 def not_implemented(kernel, dtype):
-    return NotImplementedError(f'"{kernel}" not implemented for \'{torch_dtype_name(dtype)}\'')
+    return NotImplementedError(f'"{kernel}" not implemented for \'{dtypes.scalar_type_name(dtype)}\'')
 
 
 def no_low_precision(sym, arguments):
@@ -75,8 +75,8 @@ def same_dtype_out(sym, arguments):
     (TensorIterator's check_all_same_dtype), unlike the float ones (safe casting)."""
     input, out = arguments.get("input"), arguments.get("out")
     if is_tensor(input) and is_tensor(out) and out.dtype != input.dtype:
-        raise RuntimeError(f"Found dtype {torch_dtype_name(out.dtype)} but expected "
-                           f"{torch_dtype_name(input.dtype)}")
+        raise RuntimeError(f"Found dtype {dtypes.scalar_type_name(out.dtype)} but expected "
+                           f"{dtypes.scalar_type_name(input.dtype)}")
 
 
 def same_dtype_out_unless_complex(sym, arguments):

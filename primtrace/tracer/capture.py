@@ -25,7 +25,8 @@ from torch.overrides import TorchFunctionMode
 from primtrace.ir import proxy as _proxy
 from primtrace.ir.proxy import NumberProxy, Proxy, TensorProxy, TensorSpec
 from primtrace.ir.symbol import Symbol, SymbolKind, has_proxy
-from primtrace.ir.trace import Node, Trace, current_trace, tracing, tree_flatten
+from primtrace.ir.trace import Node, Trace, current_trace, tracing
+from primtrace.ir.tree import tree_flatten, tree_map
 from primtrace.tracer import mapping
 from primtrace.tracer.location import describe_location, user_location
 from primtrace.tracer.inputs import Namer, proxify
@@ -96,18 +97,6 @@ class TracingTrace(Trace):
                 and isinstance(node.args[0], TensorProxy) and isinstance(node.outputs, TensorProxy)):
             self.versions[node.args[0].name] = node.outputs
         return node
-
-
-def tree_map(fn, obj):
-    """Apply `fn` to the leaves of a nest of tuples, lists and dicts."""
-    t = type(obj)
-    if t is tuple or t is list:
-        return t(tree_map(fn, x) for x in obj)
-    if t is dict:
-        return {k: tree_map(fn, v) for k, v in obj.items()}
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-        return t(*(tree_map(fn, x) for x in obj))
-    return fn(obj)
 
 
 # --- the dispatcher ----------------------------------------------------------------------------

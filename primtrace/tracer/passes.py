@@ -17,7 +17,8 @@ import torch
 
 from primtrace.ir.proxy import Proxy, TensorProxy
 from primtrace.ir.symbol import SymbolKind
-from primtrace.ir.trace import Node, Trace, proxies_in
+from primtrace.ir.trace import Node, Trace
+from primtrace.ir.tree import proxies_in, tree_map
 
 IMPURE_TAGS = frozenset({"inplace", "random"})
 
@@ -55,14 +56,8 @@ class _Rewriter:
         self.mutated = {p.name for n in trace.nodes if (p := mutated_proxy(n)) is not None}
 
     def sub(self, obj):
-        if isinstance(obj, Proxy):
-            return self.replace.get(obj.name, obj)
-        t = type(obj)
-        if t is tuple or t is list:
-            return t(self.sub(x) for x in obj)
-        if t is dict:
-            return {k: self.sub(v) for k, v in obj.items()}
-        return obj
+        """`obj` with every replaced proxy substituted."""
+        return tree_map(lambda x: self.replace.get(x.name, x) if isinstance(x, Proxy) else x, obj)
 
     def node(self, node: Node) -> Node:
         if not self.replace:

@@ -4,7 +4,8 @@ import torch
 
 from primtrace import refs
 from primtrace.ir.proxy import TensorProxy, TensorSpec, is_real_tensor
-from primtrace.ir.trace import Trace, tracing, tree_flatten
+from primtrace.ir.trace import Trace, tracing
+from primtrace.ir.tree import tree_flatten
 from primtrace.refs.core import inplace_variant
 from primtrace.refs.unary import FLOAT_MATH
 from tests.conformance.harness import (ALL_DTYPES, OpSpec, make_tensor, run_conformance,

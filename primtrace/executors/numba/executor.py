@@ -32,7 +32,8 @@ from primtrace.executors.numba import lowering
 from primtrace.executors.numba.codegen import NotFusible, is_number, node_args
 from primtrace.ir.proxy import NumberProxy, TensorProxy
 from primtrace.ir.symbol import SymbolKind
-from primtrace.ir.trace import Node, Trace, proxies_in
+from primtrace.ir.trace import Node, Trace
+from primtrace.ir.tree import proxies_in
 
 _STRUCTURAL = {"convert_element_type", "broadcast_in_dim", "where", "full", "copy_to"}
 #: Regions joined only by an ordering edge (two in-place updates of different tensors, as

@@ -21,8 +21,8 @@ import struct
 
 import torch
 
+from primtrace import dtypes
 from primtrace.ir.symbol import Symbol, SymbolKind
-from primtrace.prims.meta import torch_dtype_name
 from primtrace.refs.core import is_number, is_tensor, to_tensor
 from primtrace.refs.out import copy_to_out, copy_to_self, maybe_convert
 from primtrace.refs.promotion import DEFAULT, Kind, elementwise_dtypes
@@ -39,9 +39,6 @@ RAW = "raw"                  # parsed only; the body converts it itself
 
 
 # --- numbers as eager's kernels see them ----------------------------------------------------
-_C_NAMES = {torch.uint8: "uint8_t", torch.int8: "int8_t", torch.int16: "int16_t",
-            torch.int32: "int", torch.int64: "int64_t", torch.float16: "c10::Half",
-            torch.bfloat16: "c10::BFloat16", torch.float32: "float", torch.float64: "double"}
 
 
 def concrete(value):
@@ -73,7 +70,7 @@ def scalar_to(value, dtype):
     if dtype is torch.float64 and getattr(value, "python_type", type(value)) in (bool, int, float):
         return value if isinstance(value, float) or hasattr(value, "python_type") else float(value)
     v = concrete(value)
-    overflow = RuntimeError(f"value cannot be converted to type {_C_NAMES.get(dtype, dtype)} "
+    overflow = RuntimeError(f"value cannot be converted to type {dtypes.c_type_name(dtype)} "
                             "without overflow")
     if isinstance(v, complex):
         if v.imag != 0:
@@ -122,7 +119,7 @@ def dispatch(kernel, accepted):
     """Eager's dispatch error: `kernel` exists for the `accepted` dtypes only."""
     def check(dtype):
         if dtype not in accepted:
-            raise NotImplementedError(f'"{kernel}" not implemented for \'{torch_dtype_name(dtype)}\'')
+            raise NotImplementedError(f'"{kernel}" not implemented for \'{dtypes.scalar_type_name(dtype)}\'')
     check.kernel, check.accepted = kernel, tuple(accepted)
     return check
 
@@ -163,8 +160,8 @@ def activation(accepts, *, kind: Kind = DEFAULT, scalars=None, inplace=True, out
         def check_out(out_tensor, result):
             """These ops refuse an out= of another dtype (rather than casting into it)."""
             if is_tensor(out_tensor) and out_tensor.dtype != result:
-                raise RuntimeError(out.format(found=torch_dtype_name(out_tensor.dtype),
-                                              expected=torch_dtype_name(result)))
+                raise RuntimeError(out.format(found=dtypes.scalar_type_name(out_tensor.dtype),
+                                              expected=dtypes.scalar_type_name(result)))
 
         def apply(arguments, *, inplace=False, out_tensor=None, python_checks=True):
             input = arguments["input"]

@@ -13,7 +13,6 @@ import math
 import torch
 
 from primtrace import dtypes, prims
-from primtrace.prims.meta import torch_dtype_name
 from primtrace.refs.core import is_tensor, maybe_convert, ref
 from primtrace.refs.nn.activations_base import (COMPUTATION, INPUT, MODULE, RAW, activation,
                                                 concrete, constant, dispatch, inplace_of,
@@ -234,7 +233,7 @@ def _lambd_in_range(dtype, input, lambd):
     if not 0 <= value <= high:
         found = int(value) if isinstance(concrete(lambd), (bool, int)) else f"{value:g}"
         raise RuntimeError(f"lambda must be in range [0, {high:g}] for input dtype "
-                           f"{torch_dtype_name(dtype)}, but found {found}")
+                           f"{dtypes.scalar_type_name(dtype)}, but found {found}")
 
 
 @activation(dispatch("softshrink_check", FLOATS), scalars={"lambd": COMPUTATION}, inplace=False,
@@ -312,7 +311,7 @@ def _prelu_slope(input, weight):
                             f"Tensor, not {type_name(x)}")
     if input.dtype != weight.dtype:
         raise RuntimeError(f"prelu: Type promoting not supported. Got "
-                           f"{torch_dtype_name(input.dtype)} and {torch_dtype_name(weight.dtype)}")
+                           f"{dtypes.scalar_type_name(input.dtype)} and {dtypes.scalar_type_name(weight.dtype)}")
     if weight.numel() != 1:
         if input.ndim == 0:
             raise RuntimeError("Not allow zero-dim input tensor.")
