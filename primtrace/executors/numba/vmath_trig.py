@@ -24,8 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from primtrace.executors.numba import vmath_coeffs as C
-from primtrace.executors.numba.vmath_core import (F32, F64, U64, PI_2, PI_4, div_dd_f32,
-                                                  div_dd_f64, f32_bits,
+from primtrace.executors.numba.vmath_core import (F32, F64, U64, PI_2, PI_4, div_dd_f64, f32_bits,
                                                   f64_bits, fabs, fast_two_sum, hi_lo,
                                                   two_prod_f64, two_sum, vjit)
 
@@ -84,14 +83,16 @@ _SCALE32 = F64(float.fromhex("0x1.921fb54442d18p0") * 2.0 ** -62)   # pi/2 * 2**
 _TWOM62, _TWO64, _TWOM126 = F64(2.0 ** -62), F64(2.0 ** 64), F64(2.0 ** -126)
 _PIO2H64, _PIO2L64 = hi_lo(PI_2, F64)
 _PIO4_32, _PIO4_64 = F32(float(hi_lo(PI_4, F32)[0])), hi_lo(PI_4, F64)[0]
-_TINY32, _TINY64 = F32(2.0 ** -12), F64(2.0 ** -27)
+_TINY64 = F64(2.0 ** -27)
 _INF32, _INF64 = F32(np.inf), F64(np.inf)
-_SIN32, _COS32, _SIN64, _COS64 = C.SIN_F32, C.COS_F32, C.SIN_F64, C.COS_F64
+_SIN32, _COS32 = C.SIN_F32.astype(np.float64), C.COS_F32.astype(np.float64)
+_SIN64, _COS64 = C.SIN_F64, C.COS_F64
 
 
 @vjit
 def reduce_pio2_f32(x):
-    """x = q*pi/2 + (hi + lo), |hi + lo| <= pi/4; q as int32 (only q & 3 matters)."""
+    """x = q*pi/2 + r, r as float64 (|r| <= pi/4, 2**-50 relative); q as int32 (only
+    q & 3 matters)."""
     ix = f32_bits(x)
     ia = ix & 0x7FFFFFFF
     E = ia >> 23
@@ -113,14 +114,11 @@ def reduce_pio2_f32(x):
     q = np.int32(t >> _S62)
     r = np.int64(t & _MASK62) - np.int64(1 << 61)
     rd = F64(r) * _SCALE32
-    hi = F32(rd)
-    lo = F32(rd - F64(hi))
     neg = ix < 0
-    hi = -hi if neg else hi
-    lo = -lo if neg else lo
+    rd = -rd if neg else rd
     q = -q if neg else q
     small = fabs(x) < _PIO4_32
-    return (x if small else hi), (F32(0.0) if small else lo), (0 if small else q)
+    return (F64(x) if small else rd), (0 if small else q)
 
 
 @vjit
@@ -159,17 +157,15 @@ def reduce_pio2_f64(x):
 
 
 @vjit
-def _kernels_f32(h, l):
-    """sin(h+l) = sh + sl and cos(h+l) = ch + cl for |h+l| <= pi/4, as unevaluated sums
-    (tan divides them with a correction step)."""
-    z = h * h
+def _kernels_f32(r):
+    """sin(r) and cos(r) in float64 for float64 |r| <= pi/4, with the float32 polynomials
+    (2**-32 relative): rounded once to float32 they are off by 0.5 ULP plus 2**-8 at most,
+    so near-halfway cases round as eager's do (float32 arithmetic: 0.76 ULP)."""
+    z = r * r
     S, Cc = _SIN32, _COS32
-    sl = h * z * (S[0] + z * (S[1] + z * (S[2] + z * S[3]))) + l * (F32(1.0) - F32(0.5) * z)
-    hz = F32(0.5) * z
-    w = F32(1.0) - hz
-    cl = ((F32(1.0) - w) - hz) + (z * z * (Cc[0] + z * (Cc[1] + z * (Cc[2] + z * Cc[3])))
-                                  - h * l)
-    return h, sl, w, cl
+    s = r + r * z * (S[0] + z * (S[1] + z * (S[2] + z * S[3])))
+    c = (F64(1.0) - F64(0.5) * z) + z * z * (Cc[0] + z * (Cc[1] + z * (Cc[2] + z * Cc[3])))
+    return s, c
 
 
 @vjit
@@ -190,38 +186,34 @@ def _kernels_f64(h, l):
 def sin_f32(x):
     """sin, float32; correct for every finite argument."""
     x = F32(x)
-    h, l, q = reduce_pio2_f32(x)
-    sh, sl, ch, cl = _kernels_f32(h, l)
-    y = (ch + cl) if (q & 1) != 0 else (sh + sl)
-    y = -y if (q & 2) != 0 else y
-    ax = fabs(x)
-    y = x if ax < _TINY32 else y
-    return y if ax < _INF32 else x - x
+    r, q = reduce_pio2_f32(x)
+    s, c = _kernels_f32(r)
+    y = c if (q & 1) != 0 else s
+    y = F32(-y if (q & 2) != 0 else y)
+    return y if fabs(x) < _INF32 else x - x
 
 
 @vjit
 def cos_f32(x):
     """cos, float32."""
     x = F32(x)
-    h, l, q = reduce_pio2_f32(x)
-    sh, sl, ch, cl = _kernels_f32(h, l)
-    y = (sh + sl) if (q & 1) != 0 else (ch + cl)
-    y = -y if ((q + 1) & 2) != 0 else y
+    r, q = reduce_pio2_f32(x)
+    s, c = _kernels_f32(r)
+    y = s if (q & 1) != 0 else c
+    y = F32(-y if ((q + 1) & 2) != 0 else y)
     return y if fabs(x) < _INF32 else x - x
 
 
 @vjit
 def tan_f32(x):
-    """tan, float32: sin/cos of the reduced argument (-cos/sin in odd quadrants), both
-    kept as hi + lo sums and divided with one correction step."""
+    """tan, float32: sin/cos of the reduced argument (-cos/sin in odd quadrants), divided
+    in float64 and rounded once."""
     x = F32(x)
-    h, l, q = reduce_pio2_f32(x)
-    sh, sl, ch, cl = _kernels_f32(h, l)
+    r, q = reduce_pio2_f32(x)
+    s, c = _kernels_f32(r)
     odd = (q & 1) != 0
-    y = div_dd_f32(ch if odd else sh, cl if odd else sl, -sh if odd else ch, -sl if odd else cl)
-    ax = fabs(x)
-    y = x if ax < _TINY32 else y
-    return y if ax < _INF32 else x - x
+    y = F32((-c if odd else s) / (s if odd else c))
+    return y if fabs(x) < _INF32 else x - x
 
 
 @vjit
