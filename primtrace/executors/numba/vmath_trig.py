@@ -163,7 +163,7 @@ def _kernels_f32(r):
     so near-halfway cases round as eager's do (float32 arithmetic: 0.76 ULP)."""
     z = r * r
     S, Cc = _SIN32, _COS32
-    s = r + r * z * (S[0] + z * (S[1] + z * (S[2] + z * S[3])))
+    s = r * (F64(1.0) + z * (S[0] + z * (S[1] + z * (S[2] + z * S[3]))))   # sin(-0) = -0
     c = (F64(1.0) - F64(0.5) * z) + z * z * (Cc[0] + z * (Cc[1] + z * (Cc[2] + z * Cc[3])))
     return s, c
 
