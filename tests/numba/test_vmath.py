@@ -28,13 +28,14 @@ LD_EXTENDED = np.finfo(LD).nmant >= 63          # x87 / quad long double
 BOUND = {
     "exp": (1.0, 1.0), "exp2": (1.0, 1.0), "expm1": (1.0, 1.0), "log": (1.0, 1.0),
     "log2": (1.0, 1.0), "log10": (1.0, 1.0), "log1p": (1.0, 1.0), "sin": (1.0, 1.0),
-    "cos": (1.0, 1.0), "tan": (1.5, 1.5), "tanh": (1.0, 1.0), "sigmoid": (1.5, 1.5),
+    "cos": (1.0, 1.0), "tan": (1.0, 1.5), "tanh": (1.0, 1.0), "sigmoid": (2.5, 1.0),
     "erf": (1.0, 1.0), "erfc": (1.0, 1.0), "atan": (1.0, 1.0), "asin": (1.0, 1.0),
     "acos": (1.0, 1.0), "sinh": (1.0, 1.0), "cosh": (1.0, 1.0), "sqrt": (0.5, 0.5),
     "rsqrt": (1.5, 1.5), "atan2": (1.5, 1.5), "pow": (1.0, 1.0),
     "asinh": (2.0, 2.0), "acosh": (2.0, 2.0), "atanh": (2.0, 2.0),
 }
-# rsqrt is 1/sqrt(x) with two roundings, as torch computes it (test_sqrt_rsqrt_bitwise)
+# rsqrt is 1/sqrt(x) with two roundings, as torch computes it (test_sqrt_rsqrt_bitwise);
+# float32 sigmoid rounds e**-|x| before dividing, as eager does (eager: 2.5 ULP)
 if not LD_EXTENDED:  # reference no better than float64: allow its own error
     BOUND = {k: (a, b + 1.0) for k, (a, b) in BOUND.items()}
 
@@ -337,7 +338,7 @@ _FEATURES = llvm.get_host_cpu_features()
 MIN_LANES32 = 8 if _FEATURES.get("avx2") else 4
 
 #: float32 functions that intentionally take a float64 step (documented in their modules).
-F64_STEPS = {"sin", "cos", "tan", "pow", "erf", "erfc", "sigmoid"}
+F64_STEPS = {"sin", "cos", "tan", "pow", "erfc"}
 
 
 @pytest.mark.parametrize("name,dtype", CASES)

@@ -21,7 +21,7 @@ import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 #: Decorator for every vmath function: LLVM-level inlining into the caller (cheaper to
 #: compile than Numba-IR inlining; each function is compiled once per process).
@@ -253,6 +253,24 @@ def _two_prod_dekker_f32(a, b):
 #: p + e == a*b (p = fl(a*b)): FMA where the CPU has one, else Dekker's splits.
 two_prod_f64 = _two_prod_fma if HAS_FMA else _two_prod_dekker_f64
 two_prod_f32 = _two_prod_fma if HAS_FMA else _two_prod_dekker_f32
+
+
+def residual(q, d, n):
+    """n - q*d rounded once, for n close to q*d (a quotient's residual: n - q*d is then
+    exact): one FMA, or Dekker's product where there is none."""
+    raise NotImplementedError("numba only")
+
+
+@overload(residual, inline="always")
+def _residual(q, d, n):
+    if HAS_FMA:
+        return lambda q, d, n: fma(-q, d, n)
+    tp = _two_prod_dekker_f32 if q == types.float32 else _two_prod_dekker_f64
+
+    def impl(q, d, n):
+        p, e = tp(q, d)
+        return (n - p) - e
+    return impl
 
 
 @vjit

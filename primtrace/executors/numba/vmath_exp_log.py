@@ -154,13 +154,29 @@ def exp_dd_f64(x, xl):
     return ph, e + (r * r * q + c), np.int64(kf)
 
 
-def _make_exp(F, I, parts, pow2i, lo, hi, kmin):
+def _make_scale(F, I, pow2i, kmin):
+    """p * 2**k for p in [0.7, 1.42] and k <= emax + 1, as p * 2**(k-1) * 2, whose last
+    factor overflows to inf (no select); subnormal results (k < kmin) as
+    p * 2**(k+63) * 2**-63, rounded twice there (<= 0.75 ULP)."""
+    two, tiny = F(2.0), F(2.0 ** -63)
+    up, down = I(63), I(-1)
+
+    @vjit
+    def scale(p, k):
+        sub = k < kmin
+        return (p * pow2i(k + (up if sub else down))) * (tiny if sub else two)
+    return scale
+
+
+_scale_f32 = _make_scale(F32, np.int32, pow2i_f32, -124)
+_scale_f64 = _make_scale(F64, np.int64, pow2i_f64, -1020)
+
+
+def _make_exp(F, I, parts, scale, lo, hi):
     """e**x for dtype F: x clamped to [lo, hi] with NaN passing through (so 2**(k-1) is
     finite and no final NaN select is needed), 1 + r + tail summed with one rounding
-    (1 + r as s + e, exactly), then p * 2**(k-1) * 2, whose last factor overflows to inf;
-    subnormal results (k < kmin) as p * 2**(k+63) * 2**-63, rounded twice (<= 0.75 ULP)."""
-    one, two, tiny = F(1.0), F(2.0), F(2.0 ** -63)
-    up, down = I(63), I(-1)
+    (1 + r as s + e, exactly), then scaled by 2**k."""
+    one = F(1.0)
 
     @vjit
     def exp(x):
@@ -169,17 +185,26 @@ def _make_exp(F, I, parts, pow2i, lo, hi, kmin):
         xc = lo if xc < lo else xc
         r, tail, kf = parts(xc)
         s = one + r
-        p = s + ((r - (s - one)) + tail)
-        k = I(kf)
-        sub = k < kmin
-        return (p * pow2i(k + (up if sub else down))) * (tiny if sub else two)
+        return scale(s + ((r - (s - one)) + tail), I(kf))
     return exp
 
 
-exp_f32 = _make_exp(F32, np.int32, _exp_parts_f32, pow2i_f32, F32(-104.0), F32(89.0), -124)
+exp_f32 = _make_exp(F32, np.int32, _exp_parts_f32, _scale_f32, F32(-104.0), F32(89.0))
 exp_f32.__doc__ = "e**x, float32 (0.59 ULP; 0.75 for subnormal results)."
-exp_f64 = _make_exp(F64, np.int64, _exp_parts_f64, pow2i_f64, F64(-746.0), F64(709.9), -1020)
+exp_f64 = _make_exp(F64, np.int64, _exp_parts_f64, _scale_f64, F64(-746.0), F64(709.9))
 exp_f64.__doc__ = "e**x, float64 (see exp_f32)."
+
+
+@vjit
+def exp_fast_f32(x):
+    """e**x for x in [-104, 0] (NaN passes), about 1 ULP: the SLEEF-style shortcut (no
+    reduction-error term, 1 + (r + tail) rounded twice). For sigmoid, whose own division
+    after rounding e**x costs more than this (it is what limits eager's too)."""
+    kf = rint(x * _LOG2E32)
+    r = (x - kf * _L2H32) - kf * _L2L32
+    P = _EXP32
+    q = P[0] + r * (P[1] + r * (P[2] + r * (P[3] + r * (P[4] + r * P[5]))))
+    return _scale_f32(F32(1.0) + (r + r * r * q), np.int32(kf))
 
 
 @vjit

@@ -19,9 +19,10 @@ import numpy as np
 
 from primtrace.executors.numba.vmath_core import (F32, F64, copysign, div_dd_f32, div_dd_f64,
                                                   fabs, fast_two_sum, ldexp_f32, ldexp_f64,
-                                                  pow2i_f64, rint, sqrt, two_prod_f32,
+                                                  pow2i_f64, residual, sqrt, two_prod_f32,
                                                   two_prod_f64, two_sum, vjit)
-from primtrace.executors.numba.vmath_exp_log import (exp_core_dd_f32, exp_core_dd_f64,
+from primtrace.executors.numba.vmath_exp_log import (_exp_parts_f64, exp_fast_f32,
+                                                     exp_core_dd_f32, exp_core_dd_f64,
                                                      expm1_core_f32, expm1_core_f64,
                                                      log1p_f32, log1p_f64)
 
@@ -123,38 +124,55 @@ def tanh_f64(x):
     return y if x == x else x
 
 
-_EXP32D = C.EXP_F32.astype(np.float64)
-_LOG2E_D, _LN2_D = F64(1.4426950408889634), F64(0.6931471805599453)
+def _make_sigmoid(F, I, parts, pow2i, amax, emin, ksub):
+    """1/(1 + e**-x) for dtype F in its own precision. With e = e**-|x| = (p + pl) * 2**k
+    from the exp kernel and d = 1 + e as dh + dl (exact), q = 1/dh is corrected by the
+    exact residual: y = N/d = N q (1 + rho), N = 1 for x >= 0 and e for x < 0 (so
+    nothing cancels or overflows), summed with one rounding before the final 2**k (twice
+    for subnormal results). e's own rounding in d costs at most 0.13 ULP."""
+    zero, one, tiny = F(0.0), F(1.0), F(2.0 ** -63)
+    up, none, kmin = I(63), I(0), I(emin)
+
+    @vjit
+    def sigmoid(x):
+        x = F(x)
+        a = fabs(x)
+        a = amax if a > amax else a                 # NaN passes (NaN out, no select)
+        r, tail, kf = parts(-a)
+        s = one + r
+        lo = (r - (s - one)) + tail
+        p = s + lo
+        pl = (s - p) + lo
+        k = I(kf)
+        e = p * pow2i(k if k > kmin else kmin)      # below 2**emin, 1 + e == 1 anyway
+        dh = one + e
+        dl = (one - dh) + e
+        q = one / dh
+        rho = residual(q, dh, one) - q * dl
+        neg = x < zero
+        nh = p if neg else one
+        y = nh * q + (nh * (q * rho) + (pl if neg else zero) * q)
+        kk = k if neg else none
+        sub = kk < ksub
+        return (y * pow2i(kk + (up if sub else none))) * (tiny if sub else one)
+    return sigmoid
+
+
+sigmoid_f64 = _make_sigmoid(F64, np.int64, _exp_parts_f64, pow2i_f64, F64(746.0), -1022, -1000)
 
 
 @vjit
 def sigmoid_f32(x):
-    """1/(1 + e**-x), float32, evaluated in float64 and rounded once: e**-|x| from the
-    float32 exp polynomial (2**-31 relative is plenty), no double-word steps. Cheaper than
-    float32 double-word arithmetic, and sigmoid is too common to be 3x slower than torch."""
+    """1/(1 + e**-x), float32, at eager's cost and accuracy (2.4 ULP; eager 2.5): v =
+    e/(1 + e) with e = e**-|x|, then 1 - v for x >= 0 (v <= 1/2, its error halved).
+    Rounding e before dividing is what costs (up to 1 ULP of v where e and v sit at
+    opposite ends of their binades), so e itself is the cheap ~1 ULP one. 0.8 ULP needs
+    e as hi + lo and a corrected quotient, 1.7x the time (see _make_sigmoid)."""
     x = F32(x)
-    a = F64(fabs(x))
-    a = a if a < F64(104.0) else F64(104.0)             # e**-104 underflows float32 anyway
-    kf = rint(-a * _LOG2E_D)
-    r = -a - kf * _LN2_D                                # |kf| <= 150: plenty exact
-    P = _EXP32D
-    e = (F64(1.0) + (r + r * r * (P[0] + r * (P[1] + r * (P[2] + r * (P[3] + r * (
-        P[4] + r * P[5]))))))) * pow2i_f64(np.int64(kf))
-    y = F32((F64(1.0) if x >= F32(0.0) else e) / (F64(1.0) + e))
-    return y if x == x else x
-
-
-@vjit
-def sigmoid_f64(x):
-    """1/(1 + e**-x), float64."""
-    x = F64(x)
-    ph, pl, k = exp_core_dd_f64(-fabs(x))
-    eh, el = ldexp_f64(ph, k), ldexp_f64(pl, k)
-    dh, dl = fast_two_sum(F64(1.0), eh)
-    pos = div_dd_f64(F64(1.0), F64(0.0), dh, dl + el)
-    neg = ldexp_f64(div_dd_f64(ph, pl, dh, dl + el), k)   # scaled last: one rounding
-    y = pos if x >= F64(0.0) else neg                         # into the subnormals
-    return y if x == x else x
+    a = fabs(x)
+    e = exp_fast_f32(-(F32(104.0) if a > F32(104.0) else a))      # NaN passes
+    v = e / (F32(1.0) + e)
+    return F32(1.0) - v if x >= F32(0.0) else v
 
 
 # Inverse hyperbolics, all through log1p of a double-word argument uh + ul (so small
