@@ -1,5 +1,5 @@
 """float16 / bfloat16 <-> float32 conversions against torch, bit for bit, in every
-implementation kernels may use: float16 in software (halfbits' integer code, the magic-number
+implementation kernels may use: float16 in software (halfbits' integer IR, the magic-number
 rounding) and in hardware (F16C through LLVM fptrunc/fpext, where the CPU has it), bfloat16
 in halfbits' integer IR. Decoding over all 65536 patterns; encoding and rounding over random
 float32 bit patterns plus every value each rounding boundary meets (each 16-bit value, each
@@ -14,7 +14,7 @@ import torch
 from llvmlite import binding as llvm
 from numba import njit
 
-from primtrace.executors.numba import halfbits, mathlib, runtime
+from primtrace.executors.numba import halfbits, runtime
 
 ALL16 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
 TORCH16 = {"f16": torch.float16, "bf16": torch.bfloat16}
@@ -22,7 +22,7 @@ F16C = "+f16c" in llvm.get_host_cpu_features().flatten().split(",")
 
 #: (kind, implementation) -> (decode, encode, round): the functions kernels may call
 IMPLS = {
-    ("f16", "soft"): (halfbits.f16_bits_to_f32, halfbits.f32_to_f16_bits, mathlib.round_f16_soft),
+    ("f16", "soft"): (halfbits.f16_bits_to_f32, halfbits.f32_to_f16_bits, halfbits.round_f16),
     ("f16", "hw"): (runtime.f16_to_f32_hw, runtime.f32_to_f16_hw, runtime.round_f16_hw),
     ("bf16", "ir"): (halfbits.bf16_bits_to_f32, halfbits.f32_to_bf16_bits, halfbits.round_bf16),
 }

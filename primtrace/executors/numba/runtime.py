@@ -146,33 +146,6 @@ def provide_truncdfhf2() -> None:
 
 
 @intrinsic
-def f32_as_i32(typingctx, x):
-    """The bits of a float32 as int32 (a register bit cast)."""
-    if x != types.float32:
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.IntType(32))
-    return types.int32(types.float32), codegen
-
-
-@intrinsic
-def i32_as_f32(typingctx, x):
-    """The float32 with the low 32 bits of an integer (Numba widens int32 arithmetic)."""
-    if not isinstance(x, types.Integer):
-        return None
-
-    def codegen(context, builder, signature, args):
-        value = args[0]
-        if x.bitwidth > 32:
-            value = builder.trunc(value, ir.IntType(32))
-        elif x.bitwidth < 32:
-            value = builder.zext(value, ir.IntType(32))
-        return builder.bitcast(value, ir.FloatType())
-    return types.float32(x), codegen
-
-
-@intrinsic
 def keep(typingctx, pointer):
     """No code: marks `pointer` as escaping so parfors keep the stores made through it."""
     sig = types.none(pointer)
