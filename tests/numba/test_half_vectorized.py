@@ -12,7 +12,6 @@ import re
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 import torch
 
@@ -116,8 +115,9 @@ def test_cuda_kernels_convert_as_torch_under_the_simulator():
 
 # --- vector code (CPU) ---------------------------------------------------------------------------
 def _kernel(fn, dtype, n):
-    """The fused callable of fn on `n`-element `dtype` operands."""
-    args = [torch.randn(n).to(dtype) for _ in range(fn.__code__.co_argcount)]
+    """The fused callable of fn on `n`-element `dtype` operands (square ones for 2)."""
+    shape = (n,) if n < 4096 else (64, n // 64)
+    args = [torch.randn(shape).to(dtype) for _ in range(fn.__code__.co_argcount)]
     jfn = primtrace.jit(fn, executors=[FuseAll()])
     jfn(*args)
     (node,) = [n for n in primtrace.last_trace(jfn).nodes if n.symbol.kind == "fused"]
@@ -201,6 +201,16 @@ def test_float16_chain_with_float64_step_has_no_libcall():
     asm = _asm(impl)
     assert "hf2" not in asm
     assert {"vcvtpd2ps", "vcvtps2ph"} <= _instructions(asm)
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_strided_float16_loads_take_the_integer_decode():
+    """A transposed operand is loaded element by element: in integer code (F16C's scalar
+    load chains iterations through a register); the contiguous one keeps F16C."""
+    source = _kernel(lambda a, b: a.t() + b, torch.float16, 1 << 12).source
+    kernel = source[source.index("def kernel_serial"):source.index("def kernel_parallel")]
+    assert re.search(r"m\.f16_to_f32_strided\(in\d\[[^\]]*\* in\d_s\d\]\)", kernel), kernel
+    assert re.search(r"m\.f16_to_f32\(in\d\[in\d_row \+ i1\]\)", kernel), kernel
 
 
 # --- roundings the store makes redundant ---------------------------------------------------------

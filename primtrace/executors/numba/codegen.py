@@ -690,7 +690,7 @@ def body(plan: Plan, backend: Backend, offset_of, invariant: bool) -> list[str]:
             continue
         if line.load is not None:
             ref = f"{line.load.name}[{offset_of(line.load)}]"
-            expr = backend.load(line.load.dtype, ref)
+            expr = backend.load(line.load.dtype, ref, strided=line.load.strides[-1] not in (0, 1))
         else:
             expr = line.expr
         comment = f"  # {line.comment}" if line.comment else ""

@@ -63,7 +63,7 @@ class CudaBackend(Backend):
         return None
 
     # float16: Numba's float16 (cvt.f32.f16, cvt.rn.f16.f32); bfloat16: gpulib's integer code
-    def load(self, dtype, ref):
+    def load(self, dtype, ref, strided=False):
         if dtype is torch.bool:
             return ref
         if dtype is torch.float16:

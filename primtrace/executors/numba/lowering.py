@@ -69,12 +69,14 @@ class Backend:
         name = mathlib.math_name(fn, reg)
         return f"m.{name}({', '.join(args)})" if name else None
 
-    def load(self, dtype, ref: str) -> str:
-        """Register value of the element `ref` (e.g. ``in0[i]``) of a `dtype` tensor."""
+    def load(self, dtype, ref: str, strided: bool = False) -> str:
+        """Register value of the element `ref` (e.g. ``in0[i]``) of a `dtype` tensor;
+        `strided`: the tensor is not contiguous along the inner loop (a scalar load, see
+        mathlib.f16_to_f32_strided)."""
         if dtype is torch.bool:
             return f"{ref} != 0"
         if dtype is torch.float16:
-            return f"m.f16_to_f32({ref})"
+            return f"m.f16_to_f32_strided({ref})" if strided else f"m.f16_to_f32({ref})"
         if dtype is torch.bfloat16:
             return f"m.bf16_to_f32({ref})"
         return ref
