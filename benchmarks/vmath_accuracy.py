@@ -33,7 +33,8 @@ N = 1 << 24
 # Numba's own (libm) version of each function, float32 in, float32 out.
 _ONE = F32(1.0)
 LIBM = {
-    "exp": lambda x: math.exp(x), "exp2": lambda x: np.exp2(x),
+    "exp": lambda x: math.exp(x), "exp_fast": lambda x: math.exp(x),
+    "exp2": lambda x: np.exp2(x),
     "expm1": lambda x: math.expm1(x), "log": lambda x: math.log(x),
     "log2": lambda x: math.log2(x), "log10": lambda x: math.log10(x),
     "log1p": lambda x: math.log1p(x), "sin": lambda x: math.sin(x),
@@ -49,7 +50,7 @@ LIBM = {
     "pow": lambda x, y: math.pow(x, y),
 }
 TORCH = {
-    "exp": torch.exp, "exp2": torch.exp2, "expm1": torch.expm1, "log": torch.log,
+    "exp": torch.exp, "exp_fast": torch.exp, "exp2": torch.exp2, "expm1": torch.expm1, "log": torch.log,
     "log2": torch.log2, "log10": torch.log10, "log1p": torch.log1p, "sin": torch.sin,
     "cos": torch.cos, "tan": torch.tan, "tanh": torch.tanh, "sigmoid": torch.sigmoid,
     "erf": torch.erf, "erfc": torch.erfc, "atan": torch.atan, "asin": torch.asin,

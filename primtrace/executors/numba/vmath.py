@@ -5,8 +5,8 @@ Numba lowers ``math.sin``/``math.exp``/... to scalar libm calls, which stop LLVM
 vectorizing the loop around them. The functions here use only arithmetic, compares,
 selects and bit casts (see ``vmath_core``), are inlined into the caller by LLVM, and keep
 the loop vectorizable. float32 variants compute in float32 (16 lanes with AVX-512), except
-a float64 step where float32 would need slower double-word arithmetic: the last multiply
-of the sin/cos/tan reduction, pow, the erf/erfc tail polynomial, sigmoid.
+in float64 where float32 would need slower double-word arithmetic: the sin/cos/tan kernels
+after the reduction (rounded once: 0.503 ULP), pow, the erfc tail.
 
 ``VMATH[(prim_name, dtype_name)]`` is the function to call for a prim on a dtype, e.g.
 ``VMATH["sin", "float32"]`` is ``sin_f32``. Binary prims (atan2, pow) take (a, b) in the
@@ -16,6 +16,10 @@ functions set their own fastmath flags (contract only), so a caller compiled wit
 first use (0.3-0.7 s); a kernel calling one pays about 0.1 s more LLVM time than with libm.
 Accuracy per function and dtype: tests/numba/test_vmath.py (BOUND) and
 benchmarks/vmath_accuracy.py.
+
+``exp_fast`` is no prim: a 1-ULP exp at ~60% of ``exp``'s cost (the SLEEF-style one eager
+uses inside silu and sigmoid; torch.exp itself is MKL's 0.56 ULP, which ``exp`` matches),
+for a lowering that knows the next rounding dominates (an exp feeding 1 + e).
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from primtrace.executors.numba.vmath_atrig import (acos_f32, acos_f64, asin_f32,
 from primtrace.executors.numba.vmath_core import F32, F64, sqrt, vjit
 from primtrace.executors.numba.vmath_erf import erf_f32, erf_f64, erfc_f32, erfc_f64
 from primtrace.executors.numba.vmath_exp_log import (exp2_f32, exp2_f64, exp_f32, exp_f64,
+                                                     exp_fast_f32, exp_fast_f64,
                                                      expm1_f32, expm1_f64, log1p_f32,
                                                      log1p_f64, log2_f32, log2_f64,
                                                      log10_f32, log10_f64, log_f32, log_f64)
@@ -60,7 +65,7 @@ def rsqrt_f64(x):
     return F64(1.0) / sqrt(F64(x))
 
 
-_UNARY = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan",
+_UNARY = ("exp", "exp_fast", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan",
           "tanh", "sigmoid", "erf", "erfc", "atan", "asin", "acos", "sinh", "cosh", "asinh",
           "acosh", "atanh", "sqrt", "rsqrt")
 _BINARY = ("atan2", "pow")
