@@ -7,9 +7,9 @@ counts is the last one.
 sinh: odd minimax polynomial for |x| < 1; above, e**|x| as (ph + pl) * 2**k so that
 h = e/2 = (ph + pl) * 2**(k-1) does not overflow where sinh is still finite, and
 sinh = h - 1/(4h). cosh = h + 1/(4h) everywhere (no cancellation).
-tanh: odd polynomial for |x| < 0.55, else t/(t + 2) with t = expm1(2|x|).
+tanh: odd polynomial for |x| < 0.55, else 1 - 2/(e**2|x| + 1) with a corrected quotient.
 sigmoid: with e = exp(-|x|) in (0, 1], 1/(1+e) for x >= 0 and e/(1+e) for x < 0, so
-neither side overflows or cancels (float32: in float64, one rounding; float64: double-word
+neither side overflows or cancels (float32: plain float32, as eager; float64: double-word
 exp and a one-step corrected division).
 """
 from __future__ import annotations
@@ -17,14 +17,13 @@ from __future__ import annotations
 from primtrace.executors.numba import vmath_coeffs as C
 import numpy as np
 
-from primtrace.executors.numba.vmath_core import (F32, F64, copysign, div_dd_f32, div_dd_f64,
-                                                  fabs, fast_two_sum, ldexp_f32, ldexp_f64,
-                                                  pow2i_f64, residual, sqrt, two_prod_f32,
-                                                  two_prod_f64, two_sum, vjit)
-from primtrace.executors.numba.vmath_exp_log import (_exp_parts_f64, exp_fast_f32,
+from primtrace.executors.numba.vmath_core import (F32, F64, copysign, fabs, ldexp_f32,
+                                                  ldexp_f64, pow2i_f32, pow2i_f64, residual,
+                                                  sqrt, two_prod_f32, two_prod_f64, two_sum,
+                                                  vjit)
+from primtrace.executors.numba.vmath_exp_log import (_exp_parts_f32, _exp_parts_f64,
                                                      exp_core_dd_f32, exp_core_dd_f64,
-                                                     expm1_core_f32, expm1_core_f64,
-                                                     log1p_f32, log1p_f64)
+                                                     exp_fast_f32, log1p_f32, log1p_f64)
 
 _SINH32, _SINH64, _TANH32, _TANH64 = C.SINH_F32, C.SINH_F64, C.TANH_F32, C.TANH_F64
 
@@ -91,37 +90,52 @@ def cosh_f64(x):
 
 
 @vjit
-def tanh_f32(x):
-    """tanh, float32."""
-    x = F32(x)
-    a = fabs(x)
-    z = a * a
+def _tanh_poly_f32(a, z):
     P = _TANH32
-    ys = a + a * z * (P[0] + z * (P[1] + z * (P[2] + z * (P[3] + z * (P[4] + z * P[5])))))
-    th, tl = expm1_core_f32(F32(2.0) * a)
-    dh, dl = fast_two_sum(th, F32(2.0))
-    yb = div_dd_f32(th, tl, dh, dl + tl)
-    yb = F32(1.0) if a > F32(9.5) else yb
-    y = copysign(ys if a < F32(0.55) else yb, x)
-    return y if x == x else x
+    return a + a * z * (P[0] + z * (P[1] + z * (P[2] + z * (P[3] + z * (P[4] + z * P[5])))))
 
 
 @vjit
-def tanh_f64(x):
-    """tanh, float64."""
-    x = F64(x)
-    a = fabs(x)
-    z = a * a
+def _tanh_poly_f64(a, z):
     P = _TANH64
-    ys = a + a * z * (P[0] + z * (P[1] + z * (P[2] + z * (P[3] + z * (P[4] + z * (P[5] + z * (
+    return a + a * z * (P[0] + z * (P[1] + z * (P[2] + z * (P[3] + z * (P[4] + z * (P[5] + z * (
         P[6] + z * (P[7] + z * (P[8] + z * (P[9] + z * (P[10] + z * (P[11] + z * (
             P[12] + z * P[13])))))))))))))
-    th, tl = expm1_core_f64(F64(2.0) * a)
-    dh, dl = fast_two_sum(th, F64(2.0))
-    yb = div_dd_f64(th, tl, dh, dl + tl)
-    yb = F64(1.0) if a > F64(20.0) else yb
-    y = copysign(ys if a < F64(0.55) else yb, x)
-    return y if x == x else x
+
+
+def _make_tanh(F, I, parts, pow2i, poly, amax):
+    """tanh for dtype F: the odd polynomial below 0.55; above, 1 - q with q = 2/(E + 1),
+    E = e**2a as a double-word value from the exp kernel (E >= 3, q <= 1/2): one
+    division, corrected by its exact residual times 1/(E + 1) = q/2 (no second division,
+    no double-word division), so 1 - q is the one rounding that counts. tanh rounds to 1
+    beyond amax (E stays finite there)."""
+    one, half, two = F(1.0), F(0.5), F(2.0)
+
+    @vjit
+    def tanh(x):
+        x = F(x)
+        a = fabs(x)
+        ys = poly(a, a * a)
+        r, tail, kf = parts(two * (amax if a > amax else a))     # NaN passes
+        s = one + r
+        lo = (r - (s - one)) + tail
+        p = s + lo
+        sc = pow2i(I(kf))
+        eh, el = p * sc, ((s - p) + lo) * sc
+        dh = eh + one
+        dl = ((eh - dh) + one) + el                 # E + 1 == dh + dl
+        q = two / dh
+        dq = (residual(q, dh, two) - q * dl) * (half * q)      # 2/(E + 1) == q + dq
+        u = one - q
+        yb = u + (((one - u) - q) - dq)             # q <= 1/2: one rounding
+        return copysign(ys if a < F(0.55) else yb, x)
+    return tanh
+
+
+tanh_f32 = _make_tanh(F32, np.int32, _exp_parts_f32, pow2i_f32, _tanh_poly_f32, F32(9.1))
+tanh_f32.__doc__ = "tanh, float32."
+tanh_f64 = _make_tanh(F64, np.int64, _exp_parts_f64, pow2i_f64, _tanh_poly_f64, F64(19.1))
+tanh_f64.__doc__ = "tanh, float64."
 
 
 def _make_sigmoid(F, I, parts, pow2i, amax, emin, ksub):
@@ -169,8 +183,7 @@ def sigmoid_f32(x):
     opposite ends of their binades), so e itself is the cheap ~1 ULP one. 0.8 ULP needs
     e as hi + lo and a corrected quotient, 1.7x the time (see _make_sigmoid)."""
     x = F32(x)
-    a = fabs(x)
-    e = exp_fast_f32(-(F32(104.0) if a > F32(104.0) else a))      # NaN passes
+    e = exp_fast_f32(-fabs(x))                                   # NaN passes
     v = e / (F32(1.0) + e)
     return F32(1.0) - v if x >= F32(0.0) else v
 
