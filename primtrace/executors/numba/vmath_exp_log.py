@@ -473,36 +473,40 @@ def log10_f64(x):
     return _log_special_f64(x, vlo + w)
 
 
+def _make_log1p(F, parts, l2h, l2l):
+    """log(1 + x + xl) + extra for dtype F, xl and extra small (the low word of a
+    double-word argument, a correction of the caller's): log(u) for u = fl(1 + x) plus
+    the first-order term (1 + x - u + xl)/u, whose leading part is computed exactly, and
+    extra, all before the one final rounding."""
+    zero, one, two, inf, nan = F(0.0), F(1.0), F(2.0), F(np.inf), F(np.nan)
+
+    @vjit
+    def log1p_dd(x, xl, extra):
+        u = one + x
+        c = (one - (u - x)) if u >= two else (x - (u - one))
+        c = (c + xl) / u + extra
+        us = u if u > zero else one
+        e, f, hfsq, sR = parts(us)
+        y = e * l2h + (f - (hfsq - (sR + (e * l2l + c))))
+        y = nan if x < -one else y
+        y = -inf if x == -one else y
+        y = x if x == inf else y
+        y = x if x == zero else y
+        return y if x == x else x
+    return log1p_dd
+
+
+log1p_dd_f32 = _make_log1p(F32, log_parts_f32, _L2H32, _L2L32)
+log1p_dd_f64 = _make_log1p(F64, log_parts_f64, _L2H64, _L2L64)
+
+
 @vjit
 def log1p_f32(x):
-    """log(1 + x), float32: log(u) for u = fl(1 + x) plus the first-order correction
-    (1 + x - u)/u, whose numerator is computed exactly."""
-    x = F32(x)
-    u = F32(1.0) + x
-    c = (F32(1.0) - (u - x)) if u >= F32(2.0) else (x - (u - F32(1.0)))
-    c = c / u
-    us = u if u > F32(0.0) else F32(1.0)
-    e, f, hfsq, sR = log_parts_f32(us)
-    y = e * _L2H32 + (f - (hfsq - (sR + (e * _L2L32 + c))))
-    y = _NAN32 if x < F32(-1.0) else y
-    y = -_INF32 if x == F32(-1.0) else y
-    y = x if x == _INF32 else y
-    y = x if x == F32(0.0) else y
-    return y if x == x else x
+    """log(1 + x), float32."""
+    return log1p_dd_f32(F32(x), F32(-0.0), F32(-0.0))
 
 
 @vjit
 def log1p_f64(x):
     """log(1 + x), float64."""
-    x = F64(x)
-    u = F64(1.0) + x
-    c = (F64(1.0) - (u - x)) if u >= F64(2.0) else (x - (u - F64(1.0)))
-    c = c / u
-    us = u if u > F64(0.0) else F64(1.0)
-    e, f, hfsq, sR = log_parts_f64(us)
-    y = e * _L2H64 + (f - (hfsq - (sR + (e * _L2L64 + c))))
-    y = _NAN64 if x < F64(-1.0) else y
-    y = -_INF64 if x == F64(-1.0) else y
-    y = x if x == _INF64 else y
-    y = x if x == F64(0.0) else y
-    return y if x == x else x
+    return log1p_dd_f64(F64(x), F64(-0.0), F64(-0.0))
