@@ -2,11 +2,13 @@
 
 For every function: the max ULP error on float32 and float64 over the same sweeps the tests
 use (dense range, random bit patterns, function-specific families; see
-tests/numba/test_vmath.py), and the time of one pass over 2**24 float32 elements three
-ways, all in this run: a parallel Numba loop calling the vmath function, the same loop
-calling Numba's math.* (scalar libm calls), and torch's vectorized op (out= given, so no
-allocation is timed on either side), interleaved, best of 7. Timing inputs are uniform
-over typical ranges (TIME_RANGE; (-10, 10) unless listed). Ratios are against torch.
+tests/numba/test_vmath.py), eager's (torch's op: MKL VML or SLEEF) on the same inputs, and
+the time of one pass over 2**24 float32 elements three ways, all in this run: a parallel
+Numba loop calling the vmath function, the same loop calling Numba's math.* (scalar libm
+calls), and torch's vectorized op (out= given, so no allocation is timed on either side),
+interleaved, best of 7. Timing inputs are uniform over typical ranges (TIME_RANGE;
+(-10, 10) unless listed). Ratios are against torch. On a shared machine, set
+NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1 for stabler ratios.
 
     .venv/bin/python benchmarks/vmath_accuracy.py [name ...]
 """
@@ -107,23 +109,29 @@ def timing_inputs(name, rng):
 
 
 def max_ulp(name, dtype):
+    """(ours, eager's) max ULP error on the same inputs (eager: torch's op on the tensor)."""
     dt = np.dtype(dtype).type
     rng = np.random.default_rng(1)
     args = unary_inputs(name, dt, rng) if ARITY[name] == 1 else binary_inputs(name, dt, rng)
     args = (args,) if ARITY[name] == 1 else args
-    return float(ulp_error(run(name, dt, *args), reference(name, dt, *args), dt).max())
+    ref = reference(name, dt, *args)
+    with np.errstate(all="ignore"):
+        eager = TORCH[name](*(torch.from_numpy(a) for a in args)).numpy()
+    return (float(ulp_error(run(name, dt, *args), ref, dt).max()),
+            float(ulp_error(eager, ref, dt).max()))
 
 
 def main(names):
     rng = np.random.default_rng(0)
     print(f"numba threads: {os.environ.get('NUMBA_NUM_THREADS', 'default')}, "
           f"torch threads: {torch.get_num_threads()}, N = 2**24 float32")
-    head = (f"{'function':9s} {'ulp f32':>7s} {'ulp f64':>7s} {'bound':>9s} {'vmath ms':>9s} "
-            f"{'libm ms':>8s} {'torch ms':>8s} {'vmath/torch':>11s} {'libm/torch':>10s}")
+    head = (f"{'function':9s} {'ulp f32':>7s} {'ulp f64':>7s} {'eager f32':>9s} {'eager f64':>9s} "
+            f"{'bound':>9s} {'vmath ms':>9s} {'libm ms':>8s} {'torch ms':>8s} "
+            f"{'vmath/torch':>11s} {'libm/torch':>10s}")
     print(head)
     print("-" * len(head))
     for name in names:
-        u32, u64 = max_ulp(name, "float32"), max_ulp(name, "float64")
+        (u32, e32), (u64, e64) = max_ulp(name, "float32"), max_ulp(name, "float64")
         args = timing_inputs(name, rng)
         out = np.empty_like(args[0])
         vm = parallel_loop(VMATH[name, "float32"], ARITY[name])
@@ -133,7 +141,8 @@ def main(names):
         t_vm, t_lm, t_th = best_ms([lambda: vm(*args, out), lambda: lm(*args, out),
                                     lambda: TORCH[name](*targs, out=tout)])
         b = BOUND[name]
-        print(f"{name:9s} {u32:7.3f} {u64:7.3f} {b[0]:4.1f}/{b[1]:<4.1f} {t_vm:9.2f} "
+        print(f"{name:9s} {u32:7.3f} {u64:7.3f} {e32:9.3g} {e64:9.3g} "
+              f"{b[0]:4.1f}/{b[1]:<4.1f} {t_vm:9.2f} "
               f"{t_lm:8.2f} {t_th:8.2f} {t_vm / t_th:11.2f} {t_lm / t_th:10.2f}", flush=True)
 
 
