@@ -161,13 +161,18 @@ def render_module(plan: Plan) -> str:
     return f"{header}\n\n{serial}\n\n\n{parallel}\n"
 
 
+#: mathlib calls that cost about one simple op (conversions and roundings of half dtypes)
+_CHEAP_CALLS = ("_to_", "round_f16", "round_bf16")
+
+
 def work_per_element(plan: Plan) -> float:
     """A rough cost in simple-op units: transcendental calls weigh more."""
     cost = 1.0 + 0.5 * (len(plan.loads) + len(plan.stores))
     for line in plan.lines:
         if line.invariant:
             continue
-        cost += 8.0 if "m." in line.expr and "_to_" not in line.expr else 1.0
+        math_call = "m." in line.expr and not any(cheap in line.expr for cheap in _CHEAP_CALLS)
+        cost += 8.0 if math_call else 1.0
     return cost
 
 
