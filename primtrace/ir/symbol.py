@@ -69,6 +69,9 @@ class Symbol:
     type_promotion_kind: Any = None
     body: Callable | None = None    # the op-specific part under the elementwise decorator
     declines: Callable | None = None  # (*args, **kwargs) -> True for calls left to torch
+    # refs: the names a ref module exports for it beside its own (refs.core.exports)
+    inplace_ref: Symbol | None = None  # the ref writing the result into the first argument
+    aliases: tuple = ()             # torch's other names for it (sub: "subtract")
     # opaque calls
     torch_function: Callable | None = None
     # fused regions

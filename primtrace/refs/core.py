@@ -1,11 +1,32 @@
-"""What every elementwise ref shares, as one decorator.
+"""How a ref is made, in one place.
 
-``@elementwise(kind, promote=("a", "b"))`` wraps a function written in prims: it checks
-which arguments may be Python numbers, computes the (computation, result) dtypes,
-converts the promoted tensors to the computation dtype, broadcasts them, calls the body,
-converts its result to the result dtype and handles ``out=``. The body says only what is
-particular to the op. The wrapped function is a ref-level ``Symbol``: traced, it records one
-node with its prims nested under it.
+``@ref`` makes a function written in prims a ref-level ``Symbol``: traced, it records one
+node with its prims nested under it. ``@elementwise(kind, promote=...)`` makes an
+elementwise op of a body that says only what is particular to it; what every elementwise op
+shares it does in eager's order:
+
+1. ``prechecks``: what eager checks in Python before its argument parser (F.hardtanh's
+   min_val > max_val, F.tanhshrink's ``input.tanh()``); F's in-place functions skip them;
+2. argument parsing: each promoted operand must be a tensor, or a Python number where
+   ``scalars`` allows it; each parameter of ``numbers`` must be a Python number;
+3. type promotion: the (computation, result) dtypes of the operands, by ``kind``;
+4. ``checks``, in order: eager's refusals before its kernel runs (a dtype its kernel lacks,
+   an out= dtype it will not cast to, an argument combination it does not take);
+5. each parameter of ``numbers`` becomes the number eager's kernel sees;
+6. the operands are converted to the computation dtype and broadcast, the body runs, and its
+   result is converted to the result dtype;
+7. the result is written into ``out=`` (eager's safe cast, resize and overlap checks) or,
+   with F's ``inplace=True``, into input.
+
+A check names what it reads and is called with just that: any of the op's parameters
+(``out`` included), ``name`` (the op's, as eager's errors give it), ``operands`` (the promoted
+values, in order), ``computation`` and ``result`` (the dtypes; not for prechecks).
+``refs/checks.py`` holds the shared ones.
+
+Both decorators take ``inplace`` (also make the ref that writes into its first argument:
+``add_`` of ``add``) and ``aliases`` (torch's other names: ``subtract`` of ``sub``); the
+Symbol declares them, and ``__all__ = exports(globals())`` at the end of a ref module binds
+and exports them with the refs it makes.
 """
 from __future__ import annotations
 
@@ -19,9 +40,18 @@ from primtrace import prims
 from primtrace.ir.symbol import Symbol, SymbolKind
 from primtrace.refs.out import copy_to_out, copy_to_self, maybe_convert
 from primtrace.refs.promotion import Kind, elementwise_dtypes
+from primtrace.refs.scalars import scalar_to, type_name
 
-__all__ = ["elementwise", "ref", "broadcast_shapes", "broadcast", "to_tensor",
-           "is_tensor", "is_number", "maybe_convert", "inplace_variant"]
+__all__ = ["elementwise", "ref", "exports", "inplace_variant", "broadcast_shapes", "broadcast",
+           "to_tensor", "is_tensor", "is_number", "maybe_convert", "exact_add", "exact_sub",
+           "COMPUTATION", "INPUT", "RAW"]
+
+#: Where a number parameter is converted to (eager's ``Scalar.to<T>()`` target).
+COMPUTATION = "computation"  # the opmath dtype the body computes in
+INPUT = "input"              # the input's own dtype (then used exactly in the computation)
+RAW = "raw"                  # parsed only; the body converts it itself
+
+_CHECK_FACTS = ("name", "operands", "computation", "result")  # what checks read beside arguments
 
 
 def is_tensor(x) -> bool:
@@ -67,69 +97,217 @@ def to_tensor(value, dtype, device="cpu"):
     return prims.full((), value, dtype=dtype, device=device)
 
 
-def ref(fn=None, *, name=None, module="refs"):
-    """Make a plain function a ref-level Symbol (so that a trace nests its prims)."""
+def exact_add(x, y):
+    """x + y as C++ computes it inside a kernel. For complex operands torch.add computes
+    x + 1 * y, where 1 * inf makes a nan imaginary part, so add part by part instead."""
+    if not x.dtype.is_complex:
+        return prims.add(x, y)
+    return prims.complex(prims.add(prims.real(x), prims.real(y)),
+                         prims.add(prims.imag(x), prims.imag(y)))
+
+
+def exact_sub(x, y):
+    """x - y as C++ computes it inside a kernel (see exact_add)."""
+    if not x.dtype.is_complex:
+        return prims.sub(x, y)
+    return prims.complex(prims.sub(prims.real(x), prims.real(y)),
+                         prims.sub(prims.imag(x), prims.imag(y)))
+
+
+# --- making refs -------------------------------------------------------------------------------
+def ref(fn=None, *, name=None, module="refs", inplace=None, aliases=(), **fields):
+    """Make a function written in prims a ref-level Symbol. `inplace`, `aliases`: as for
+    elementwise; `fields`: other Symbol facts (``declines``; ``promote`` and
+    ``type_promotion_kind`` for a ref that promotes its own way)."""
     if fn is None:
-        return functools.partial(ref, name=name, module=module)
-    sym = Symbol(name or fn.__name__, kind=SymbolKind.REF, fn=fn, module=module)
-    functools.update_wrapper(sym, fn, updated=())
-    sym.__wrapped__ = fn
-    return sym
+        return functools.partial(ref, name=name, module=module, inplace=inplace, aliases=aliases,
+                                 **fields)
+    return _symbol(name or fn.__name__, fn, module, inplace, aliases, **fields)
 
 
-def elementwise(kind: Kind, promote=("a", "b"), *, scalars=None, name=None, module="refs",
-                convert_result=True):
+def _symbol(name, fn, module, inplace, aliases, *, write_into_input=None, **fields):
+    """The Symbol of a ref and, where `inplace` asks for it, of its in-place form: op then a
+    write back into self, or (`write_into_input`) F's C++ op_ function."""
+    variant = None
+    if inplace:
+        variant_name = name + "_" if inplace is True else inplace
+        if write_into_input is None:
+            variant = _write_back(lambda: op, name, variant_name, module)
+        else:
+            variant = Symbol(variant_name, kind=SymbolKind.REF, fn=write_into_input, module=module,
+                             doc=f"In-place {name}: written into input, which is returned.",
+                             promote=fields["promote"],
+                             type_promotion_kind=fields["type_promotion_kind"])
+    op = Symbol(name, kind=SymbolKind.REF, fn=fn, module=module, inplace_ref=variant,
+                aliases=tuple(aliases), **fields)
+    return op
+
+
+def inplace_variant(op: Symbol, name: str | None = None) -> Symbol:
+    """`op_` from `op`: compute out of place, then write into the first argument. The tracer
+    makes these for the refs that declare none (x.sin_())."""
+    return _write_back(lambda: op, op.name, name or op.name + "_", op.module)
+
+
+def _write_back(get_op, op_name, name, module) -> Symbol:
+    def run(self, *args, **kwargs):
+        return copy_to_self(self, get_op()(self, *args, **kwargs), (self, *args))
+    run.__name__ = name
+    run.__doc__ = f"In-place {op_name}: the result is cast back to self's dtype and shape."
+    return Symbol(name, kind=SymbolKind.REF, fn=run, module=module)
+
+
+def elementwise(kind: Kind, promote=("a", "b"), *, scalars=None, numbers=None, prechecks=(),
+                checks=(), writes="out", inplace=None, aliases=(), name=None, module="refs"):
     """Decorator for elementwise refs; see the module docstring.
 
-    `scalars` lists the promoted parameters that may be Python numbers: by default all but
-    the first, "all" for ops eager also accepts on numbers alone (add(2, 3) -> tensor(5)),
-    or an explicit tuple of names.
+    kind, promote: the type promotion kind and the operands it reads, in order.
+    scalars:  the operands that may be Python numbers: by default all but the first, "all" for
+              ops eager also runs on numbers alone (add(2, 3) -> tensor(5)), or a tuple.
+    numbers:  {parameter: COMPUTATION | INPUT | RAW | (value, input dtype) -> number}: the
+              number parameters that are not operands (an activation's alpha), and what
+              eager's kernel converts each to.
+    writes:   "out" (torch's out=), "input" (F's inplace=False parameter) or None.
+    inplace:  True (or the name) for the in-place ref; aliases: torch's other names.
+    name:     the op's name in eager's errors, where it is not the body's (log_sigmoid).
+    module:   where it prints from (refs, refs.special, refs.nn.functional).
     """
+    numbers = dict(numbers or {})
+
     def decorate(body):
-        signature = inspect.signature(body)
         op_name = name or body.__name__.rstrip("_")
         number_ok = (set(promote) if scalars == "all" else set(promote[1:]) if scalars is None
                      else set(scalars))
+        body_signature = inspect.signature(body)
+        params = list(body_signature.parameters.values())
+        if writes == "input":
+            params.append(inspect.Parameter("inplace", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                            default=False))
+        elif writes == "out":
+            params.append(inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, default=None))
+        signature = body_signature.replace(parameters=params)
+        positions = {p.name: i + 1 for i, p in enumerate(params)}
+        known = {*signature.parameters, *_CHECK_FACTS}
+        call_prechecks = [_caller(check, known - {"operands", "computation", "result"})
+                          for check in prechecks]
+        call_checks = [_caller(check, known) for check in checks]
 
-        def run(*args, out=None, **kwargs):
-            bound = signature.bind(*args, **kwargs)
-            bound.apply_defaults()
-            values = bound.arguments
+        def apply(arguments, out=None, into=None, prechecks_made=True):
+            """Steps 1 to 7 of the module docstring; `into`: F's in-place target."""
+            facts = dict(arguments, out=out, name=op_name)
+            if prechecks_made:
+                for check in call_prechecks:
+                    check(facts)
             operands = []
             for position, pname in enumerate(promote):
-                v = values[pname]
+                v = arguments[pname]
                 if not is_tensor(v) and not (is_number(v) and pname in number_ok):
                     raise TypeError(f"{op_name}(): argument '{pname}' (position {position + 1}) "
-                                    f"must be Tensor, not {type(v).__name__}")
+                                    f"must be Tensor, not {type_name(v)}")
                 operands.append(v)
+            for pname in numbers:
+                _parse_number(op_name, pname, positions[pname], arguments[pname])
             computation, result = elementwise_dtypes(*operands, type_promotion_kind=kind)
+            facts.update(operands=tuple(operands), computation=computation, result=result)
+            for check in call_checks:
+                check(facts)
+            values = dict(arguments)
+            for pname, target in numbers.items():
+                values[pname] = _kernel_number(values[pname], target, computation, operands[0])
             shape = broadcast_shapes(*(tuple(v.shape) for v in operands if is_tensor(v)))
             if not any(is_tensor(v) for v in operands):
                 values[promote[0]] = to_tensor(values[promote[0]], computation)
             for pname in promote:
-                v = values[pname]
-                if is_tensor(v):
-                    values[pname] = broadcast(maybe_convert(v, computation), shape)
-            out_value = body(*bound.args, **bound.kwargs)
-            if convert_result:
-                out_value = maybe_convert(out_value, result)
+                if is_tensor(values[pname]):
+                    values[pname] = broadcast(maybe_convert(values[pname], computation), shape)
+            y = maybe_convert(body(**values), result)
+            if into is not None:
+                return copy_to_self(into, y, tuple(operands))
             if out is not None:
-                return copy_to_out(out, out_value, operands)
-            return out_value
+                return copy_to_out(out, y, tuple(operands))
+            return y
 
-        run.__name__, run.__doc__ = body.__name__, body.__doc__
-        run.__signature__ = signature.replace(parameters=[
-            *signature.parameters.values(),
-            inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, default=None)])
-        return Symbol(body.__name__, kind=SymbolKind.REF, fn=run, module=module, doc=body.__doc__,
-                      promote=tuple(promote), type_promotion_kind=kind, body=body)
+        def run(*args, **kwargs):
+            if writes != "out" and "out" in kwargs:
+                raise TypeError(f"{op_name}() got an unexpected keyword argument 'out'")
+            arguments = _bind(signature, args, kwargs)
+            into = arguments[promote[0]] if arguments.pop("inplace", False) else None
+            return apply(arguments, out=arguments.pop("out", None), into=into)
+
+        def write_into_input(*args, **kwargs):
+            """F's op_ function: a C++ op, so F's Python prechecks are not made."""
+            arguments = _bind(body_signature, args, kwargs)
+            return apply(arguments, into=arguments[promote[0]], prechecks_made=False)
+
+        run.__name__, run.__doc__, run.__signature__ = body.__name__, body.__doc__, signature
+        write_into_input.__signature__ = body_signature
+        return _symbol(body.__name__, run, module, inplace, aliases, doc=body.__doc__,
+                       promote=tuple(promote), type_promotion_kind=kind, body=body,
+                       write_into_input=write_into_input if writes == "input" else None)
     return decorate
 
 
-def inplace_variant(op: Symbol, name: str | None = None) -> Symbol:
-    """`op_` from `op`: compute out of place, then write into the first argument."""
-    def run(self, *args, **kwargs):
-        return copy_to_self(self, op(self, *args, **kwargs), (self, *args))
-    run.__name__ = name or op.name + "_"
-    run.__doc__ = f"In-place {op.name}: the result is cast back to self's dtype and shape."
-    return Symbol(run.__name__, kind=SymbolKind.REF, fn=run, module=op.module)
+def _bind(signature, args, kwargs) -> dict:
+    bound = signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
+def _caller(check, known):
+    """`check` as a function of the facts: it is given those its parameters name."""
+    params = inspect.signature(check).parameters.values()
+    missing = [p.name for p in params if p.name not in known and p.default is p.empty]
+    if missing:
+        raise TypeError(f"check {check.__name__} reads {missing}, which the op does not have")
+    wanted = [p.name for p in params if p.name in known]
+    return lambda facts: check(**{n: facts[n] for n in wanted})
+
+
+def _parse_number(op_name, pname, position, value):
+    """Eager's argument parser for a Scalar parameter: a Python number, an int within 64 bits."""
+    if not is_number(value) or is_tensor(value):
+        raise TypeError(f"{op_name}(): argument '{pname}' (position {position}) must be Number, "
+                        f"not {type_name(value)}")
+    if type(value) is int and not -2**63 <= value < 2**64:
+        raise OverflowError("int too big to convert")
+
+
+def _kernel_number(value, target, computation, input):
+    """A number parameter as eager's kernel sees it (see ``numbers``)."""
+    if target == COMPUTATION:
+        return scalar_to(value, computation)
+    if target == INPUT:
+        return scalar_to(value, input.dtype)
+    if callable(target):
+        return target(value, input.dtype)
+    return value
+
+
+# --- exports -----------------------------------------------------------------------------------
+def exports(namespace: dict, module: str = "refs") -> list[str]:
+    """A ref module's ``__all__``: the public names bound to refs in it. A ref made here (under
+    its own name, printed from `module`) brings its in-place ref and aliases, bound here too:
+    sub -> sub_, subtract, subtract_. A ref of another module under another name is a
+    module-level assignment (special: expit = unary.sigmoid), exported as it is."""
+    names = []
+
+    def bind(bound_name, sym):
+        if namespace.setdefault(bound_name, sym) is not sym:
+            raise ValueError(f"{bound_name} is bound to something else in {namespace['__name__']}")
+        if bound_name not in names:
+            names.append(bound_name)
+
+    for bound_name, value in list(namespace.items()):
+        if (bound_name.startswith("_") or not isinstance(value, Symbol)
+                or value.kind is not SymbolKind.REF):
+            continue
+        bind(bound_name, value)
+        if value.name != bound_name or value.module != module:
+            continue
+        for alias in value.aliases:
+            bind(alias, value)
+        if value.inplace_ref is not None:
+            bind(value.inplace_ref.name, value.inplace_ref)
+            for alias in value.aliases:
+                bind(alias + "_", value.inplace_ref)
+    return names
