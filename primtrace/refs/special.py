@@ -11,42 +11,29 @@ import math
 
 from primtrace import prims
 from primtrace.refs import binary, unary
-from primtrace.refs.binary import xlogy
-from primtrace.refs.core import elementwise
+from primtrace.refs.checks import (no_low_precision, not_both_numbers, not_implemented,
+                                   same_dtype_out)
+from primtrace.refs.core import elementwise, exports
 from primtrace.refs.promotion import DEFAULT, INT_TO_FLOAT
 from primtrace.refs.unary import round_decimals, unary_ref
-from primtrace.refs.unary_checks import (no_low_precision, not_both_numbers, not_implemented,
-                                         precheck, same_dtype_out)
 
-__all__ = []
+MODULE = "refs.special"
 
-
-def _export(*symbols, **aliases):
-    for sym in symbols:
-        globals()[sym.name] = sym
-        __all__.append(sym.name)
-    for alias, sym in aliases.items():
-        globals()[alias] = sym
-        __all__.append(alias)
+# --- torch-level refs under torch.special's names ----------------------------------------------
+expit, exp2, expm1, log1p = unary.sigmoid, unary.exp2, unary.expm1, unary.log1p
+logit, erf, erfc, erfinv, i0 = unary.logit, unary.erf, unary.erfc, unary.erfinv, unary.i0
+digamma = psi = unary.digamma
+gammaln, sinc, polygamma, multigammaln = unary.lgamma, unary.sinc, unary.polygamma, unary.mvlgamma
+gammainc, gammaincc = binary.igamma, binary.igammac
+xlogy = binary.xlogy
 
 
-# --- aliases of torch-level refs --------------------------------------------------------------
-_export(expit=unary.sigmoid, exp2=unary.exp2, expm1=unary.expm1, log1p=unary.log1p,
-        logit=unary.logit, erf=unary.erf, erfc=unary.erfc, erfinv=unary.erfinv, i0=unary.i0,
-        digamma=unary.digamma, psi=unary.digamma, gammaln=unary.lgamma, sinc=unary.sinc,
-        polygamma=unary.polygamma, multigammaln=unary.mvlgamma)
-
-
-@precheck(same_dtype_out)
-@elementwise(DEFAULT, ("input",), module="refs.special")
+@elementwise(DEFAULT, ("input",), module=MODULE, checks=[same_dtype_out])
 def round(input, *, decimals=0):
     """torch.round without its integer shortcut: eager refuses bool/integers here."""
     if not input.dtype.is_floating_point:
         raise not_implemented("round_vml_cpu", input.dtype)
     return round_decimals(input, decimals)
-
-
-_export(round)
 
 
 # --- one prim after INT_TO_FLOAT promotion ----------------------------------------------------
@@ -60,10 +47,9 @@ UNARY = [
     ("scaled_modified_bessel_k0", False), ("scaled_modified_bessel_k1", False),
     ("spherical_bessel_j0", False), ("airy_ai", False),
 ]
-for _name, _low_precision in UNARY:
-    _sym = unary_ref(_name, getattr(prims, _name), module="refs.special")
-    _export(_sym if _low_precision else precheck(no_low_precision)(_sym))
-del _name, _low_precision, _sym
+globals().update((name, unary_ref(name, getattr(prims, name), module=MODULE,
+                                  checks=[] if low_precision else [no_low_precision]))
+                 for name, low_precision in UNARY)
 
 
 def _body(prim, second):
@@ -83,15 +69,13 @@ def binary_ref(name, prim, kind, second="other", *, low_precision=True):
     body = _body(prim, second)
     body.__name__ = body.__qualname__ = name
     body.__doc__ = f"{prim.qualname} after {kind.name} promotion."
-    sym = elementwise(kind, ("input", second), module="refs.special",
-                      scalars=("input", second))(body)
-    sym = precheck(not_both_numbers)(sym)
-    return sym if low_precision else precheck(no_low_precision)(sym)
+    checks = [not_both_numbers] if low_precision else [not_both_numbers, no_low_precision]
+    return elementwise(kind, ("input", second), module=MODULE, scalars=("input", second),
+                       checks=checks)(body)
 
 
-_export(binary_ref("xlog1py", prims.xlog1py, INT_TO_FLOAT),
-        binary_ref("zeta", prims.zeta, INT_TO_FLOAT, low_precision=False),
-        gammainc=binary.igamma, gammaincc=binary.igammac)  # torch's own names
+xlog1py = binary_ref("xlog1py", prims.xlog1py, INT_TO_FLOAT)
+zeta = binary_ref("zeta", prims.zeta, INT_TO_FLOAT, low_precision=False)
 
 # the orthogonal polynomials P_n(x): n is truncated to an integer by the kernel
 POLYNOMIALS = ("chebyshev_polynomial_t", "chebyshev_polynomial_u", "chebyshev_polynomial_v",
@@ -99,12 +83,12 @@ POLYNOMIALS = ("chebyshev_polynomial_t", "chebyshev_polynomial_u", "chebyshev_po
                "shifted_chebyshev_polynomial_u", "shifted_chebyshev_polynomial_v",
                "shifted_chebyshev_polynomial_w", "hermite_polynomial_h", "hermite_polynomial_he",
                "laguerre_polynomial_l", "legendre_polynomial_p")
-_export(*(binary_ref(name, getattr(prims, name), INT_TO_FLOAT, "n", low_precision=False)
-          for name in POLYNOMIALS))
+globals().update((name, binary_ref(name, getattr(prims, name), INT_TO_FLOAT, "n",
+                                   low_precision=False)) for name in POLYNOMIALS)
 
 
 # --- composites -------------------------------------------------------------------------------
-@elementwise(INT_TO_FLOAT, ("input",), module="refs.special")
+@elementwise(INT_TO_FLOAT, ("input",), module=MODULE)
 def ndtr(input):
     """The standard normal CDF as eager writes it: (1 + erf(x / sqrt(2))) / 2 (no erfc, so
     the far lower tail is 0, as in eager)."""
@@ -112,7 +96,7 @@ def ndtr(input):
     return prims.mul(prims.add(erf, 1), 0.5)
 
 
-@elementwise(INT_TO_FLOAT, ("input",), module="refs.special")
+@elementwise(INT_TO_FLOAT, ("input",), module=MODULE)
 def entr(input):
     """-x log(x) for x > 0 (NaN stays NaN), 0 at 0, -inf below 0."""
     return prims.where(prims.lt(input, 0), -math.inf,
@@ -120,4 +104,4 @@ def entr(input):
                                    prims.mul(prims.neg(input), prims.log(input))))
 
 
-_export(ndtr, entr, xlogy=xlogy)  # xlogy: the torch-level ref (refs.binary) is the same function
+__all__ = exports(globals(), MODULE)

@@ -14,38 +14,28 @@ import operator
 import torch
 
 from primtrace import dtypes, prims
-from primtrace.refs.core import elementwise, is_tensor, ref
+from primtrace.refs.checks import (boolean_out, not_implemented, refuse, same_dtype_out,
+                                   same_dtype_out_unless_complex, tensor_argument)
+from primtrace.refs.core import elementwise, exports, is_tensor, ref
 from primtrace.refs.out import copy_to_self
 from primtrace.refs.promotion import (ALWAYS_BOOL, BOOL_TO_LONG, COMPLEX_TO_FLOAT, DEFAULT,
                                       INT_TO_FLOAT, NO_OPMATH)
-from primtrace.refs.unary_checks import (boolean_out, no_out, not_implemented, precheck, refuse,
-                                         same_dtype_out, same_dtype_out_unless_complex,
-                                         tensor_argument)
-
-__all__ = []  # filled below, next to each table or definition
+from primtrace.refs.scalars import python_type, type_name
 
 _PI = math.pi
 _PI_180 = 0.017453292519943295   # M_PI_180 in ATen
 _180_PI = 57.29577951308232      # M_180_PI in ATen
 
 
-def _export(*symbols, **aliases):
-    for sym in symbols:
-        globals()[sym.name] = sym
-        __all__.append(sym.name)
-    for alias, sym in aliases.items():
-        globals()[alias] = sym
-        __all__.append(alias)
-
-
 # --- one prim after promotion: the table ------------------------------------------------------
-def unary_ref(name, prim, kind=INT_TO_FLOAT, *, module="refs"):
-    """torch.<name>(input, *, out=None): `kind` promotion, then `prim`."""
+def unary_ref(name, prim, kind=INT_TO_FLOAT, **options):
+    """torch.<name>(input, *, out=None): `kind` promotion, then `prim`; `options` for
+    elementwise (checks, aliases, module)."""
     def body(input):
         return prim(input)
     body.__name__ = body.__qualname__ = name
     body.__doc__ = f"{prim.qualname} after {kind.name} promotion."
-    return elementwise(kind, ("input",), module=module)(body)
+    return elementwise(kind, ("input",), **options)(body)
 
 
 # INT_TO_FLOAT: bool and integer inputs compute in the default float dtype, float16 and
@@ -55,14 +45,17 @@ FLOAT_MATH = ("sqrt", "rsqrt", "reciprocal", "exp", "exp2", "expm1", "log", "log
               "log10", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
               "asinh", "acosh", "atanh", "sigmoid", "erf", "erfc", "erfinv", "lgamma", "digamma",
               "i0")
-_export(*(unary_ref(name, getattr(prims, name)) for name in FLOAT_MATH))
-_export(precheck(same_dtype_out_unless_complex)(unary_ref("abs", prims.abs, COMPLEX_TO_FLOAT)))
-_export(arcsin=asin, arccos=acos, arctan=atan, arcsinh=asinh, arccosh=acosh,  # noqa: F821
-        arctanh=atanh, absolute=abs)  # noqa: F821
+#: torch's other (NumPy's) names for some of them
+ALIASES = {"asin": ("arcsin",), "acos": ("arccos",), "atan": ("arctan",), "asinh": ("arcsinh",),
+           "acosh": ("arccosh",), "atanh": ("arctanh",)}
+globals().update((name, unary_ref(name, getattr(prims, name), aliases=ALIASES.get(name, ())))
+                 for name in FLOAT_MATH)
+abs = unary_ref("abs", prims.abs, COMPLEX_TO_FLOAT, checks=[same_dtype_out_unless_complex],
+                aliases=("absolute",))
 
 
 # --- signs --------------------------------------------------------------------------------------
-# @precheck(...) lists the refusals eager makes before it looks at out=, with their exception type.
+# checks=[...] lists the refusals eager makes before it looks at out=, with their exception type.
 def is_bool(dtype):
     return dtype is torch.bool
 
@@ -74,12 +67,13 @@ def is_complex(dtype):
 refuse_complex_sign = refuse(is_complex, NotImplementedError,
                              "Unlike NumPy, torch.sign is not intended to support complex numbers. "
                              "Please use torch.sgn instead.")
+refuse_bool_negation = refuse(is_bool, RuntimeError, "Negation, the `-` operator, on a bool "
+                              "tensor is not supported. If you are trying to invert a mask, use "
+                              "the `~` or `logical_not()` operator instead.")
 
 
-@precheck(refuse(is_bool, RuntimeError, "Negation, the `-` operator, on a bool tensor is not "
-                 "supported. If you are trying to invert a mask, use the `~` or `logical_not()` "
-                 "operator instead."), same_dtype_out)
-@elementwise(DEFAULT, ("input",))
+@elementwise(DEFAULT, ("input",), checks=[refuse_bool_negation, same_dtype_out],
+             aliases=("negative",))
 def neg(input):
     """-input"""
     return prims.neg(input)
@@ -94,23 +88,21 @@ def positive(input):
     return input
 
 
-@precheck(refuse_complex_sign, same_dtype_out)
-@elementwise(DEFAULT, ("input",))
+@elementwise(DEFAULT, ("input",), checks=[refuse_complex_sign, same_dtype_out])
 def sign(input):
     """-1, 0 or 1 (bool stays bool)."""
     return prims.sign(input)
 
 
-@precheck(same_dtype_out)
-@elementwise(DEFAULT, ("input",))
+@elementwise(DEFAULT, ("input",), checks=[same_dtype_out])
 def sgn(input):
     """sign for real inputs; z / |z| (0 at 0) for complex."""
     return prims.sgn(input) if input.dtype.is_complex else prims.sign(input)
 
 
-@precheck(refuse(is_complex, NotImplementedError,
-                 "signbit is not implemented for complex tensors."), boolean_out)
-@elementwise(ALWAYS_BOOL, ("input",))
+@elementwise(ALWAYS_BOOL, ("input",), checks=[
+    refuse(is_complex, NotImplementedError, "signbit is not implemented for complex tensors."),
+    boolean_out])
 def signbit(input):
     """Whether the sign bit is set (true for -0.0 and negative NaN)."""
     return prims.signbit(input)
@@ -122,15 +114,12 @@ def square(input):
     return prims.mul(input, input)
 
 
-_export(neg, positive, sign, sgn, signbit, square, negative=neg)
-
-
 # --- rounding -----------------------------------------------------------------------------------
 def refuse_complex_rounding(name):
     return refuse(is_complex, NotImplementedError, f"{name} is not supported for complex inputs")
 
 
-def rounding_ref(name, prim):
+def rounding_ref(name, prim, aliases=()):
     """torch.<name>(input, *, out=None): the prim on floats; integers round to themselves
     (a copy); eager has no bool kernel."""
     def body(input):
@@ -139,12 +128,12 @@ def rounding_ref(name, prim):
         return prim(input) if input.dtype.is_floating_point else prims.clone(input)
     body.__name__ = body.__qualname__ = name
     body.__doc__ = rounding_ref.__doc__.replace("torch.<name>", f"torch.{name}")
-    return precheck(refuse_complex_rounding(name), same_dtype_out)(
-        elementwise(DEFAULT, ("input",))(body))
+    return elementwise(DEFAULT, ("input",), checks=[refuse_complex_rounding(name), same_dtype_out],
+                       aliases=aliases)(body)
 
 
-_export(*(rounding_ref(name, getattr(prims, name)) for name in ("ceil", "floor", "trunc")))
-_export(fix=trunc)  # noqa: F821
+ceil, floor = rounding_ref("ceil", prims.ceil), rounding_ref("floor", prims.floor)
+trunc = rounding_ref("trunc", prims.trunc, aliases=("fix",))
 
 
 def round_decimals(x, decimals):
@@ -158,8 +147,7 @@ def round_decimals(x, decimals):
     return prims.mul(prims.round(prims.div(x, scale)), scale)
 
 
-@precheck(refuse_complex_rounding("round"), same_dtype_out)
-@elementwise(DEFAULT, ("input",))
+@elementwise(DEFAULT, ("input",), checks=[refuse_complex_rounding("round"), same_dtype_out])
 def round(input, *, decimals=None):
     """Half to even. Integers come back as a copy, but only without `decimals`: eager
     refuses round(integer, decimals=0), hence None as the default."""
@@ -170,16 +158,12 @@ def round(input, *, decimals=None):
     return round_decimals(input, decimals or 0)
 
 
-@precheck(same_dtype_out)
-@elementwise(DEFAULT, ("input",))
+@elementwise(DEFAULT, ("input",), checks=[same_dtype_out])
 def frac(input):
     """input - trunc(input), floats only."""
     if not input.dtype.is_floating_point:
         raise not_implemented("frac_cpu", input.dtype)
     return prims.sub(input, prims.trunc(input))
-
-
-_export(round, frac)
 
 
 # --- classification -------------------------------------------------------------------------------
@@ -197,11 +181,11 @@ def classify_ref(name, prim, integer_answer):
         return prim(input)
     body.__name__ = body.__qualname__ = name
     body.__doc__ = f"{prim.qualname}; {integer_answer} for every bool/integer element."
-    return precheck(no_out)(elementwise(ALWAYS_BOOL, ("input",))(body))
+    return elementwise(ALWAYS_BOOL, ("input",), writes=None)(body)
 
 
-_export(classify_ref("isfinite", prims.isfinite, True), classify_ref("isnan", prims.isnan, False),
-        classify_ref("isinf", prims.isinf, False))
+isfinite = classify_ref("isfinite", prims.isfinite, True)
+isnan, isinf = classify_ref("isnan", prims.isnan, False), classify_ref("isinf", prims.isinf, False)
 
 
 def infinity_ref(name, infinity):
@@ -212,11 +196,12 @@ def infinity_ref(name, infinity):
         return prims.eq(input, infinity)
     body.__name__ = body.__qualname__ = name
     body.__doc__ = f"input == {infinity}; False for bool/integers."
-    return precheck(refuse(is_complex, RuntimeError, f"{name} does not support complex inputs."),
-                    boolean_out)(elementwise(ALWAYS_BOOL, ("input",))(body))
+    return elementwise(ALWAYS_BOOL, ("input",), checks=[
+        refuse(is_complex, RuntimeError, f"{name} does not support complex inputs."),
+        boolean_out])(body)
 
 
-_export(infinity_ref("isposinf", math.inf), infinity_ref("isneginf", -math.inf))
+isposinf, isneginf = infinity_ref("isposinf", math.inf), infinity_ref("isneginf", -math.inf)
 
 
 @ref
@@ -226,9 +211,6 @@ def isreal(input):
     if input.dtype.is_complex:
         return prims.eq(prims.imag(input), 0)
     return _everywhere(True, input)
-
-
-_export(isreal)
 
 
 # --- complex parts ------------------------------------------------------------------------------
@@ -255,23 +237,26 @@ def conj(input):
     return prims.conj(input) if input.dtype.is_complex else input
 
 
-@precheck(same_dtype_out)
-@elementwise(NO_OPMATH, ("input",))
+@elementwise(NO_OPMATH, ("input",), checks=[same_dtype_out])
 def conj_physical(input):
     """The conjugate, materialized; a real input is returned as is."""
     return prims.conj(input) if input.dtype.is_complex else input
 
 
-@elementwise(COMPLEX_TO_FLOAT, ("input",), name="angle", module="refs.unary")
+# angle's two promotion kinds are two refs, printed as refs.unary.complex_angle/real_angle
 def complex_angle(input):
     """arg(z) = atan2(imag, real), a real result."""
     return prims.atan2(prims.imag(input), prims.real(input))
 
 
-@elementwise(INT_TO_FLOAT, ("input",), name="angle", module="refs.unary")
 def real_angle(input):
     """pi where negative, else 0; NaN stays NaN."""
     return prims.where(prims.lt(input, 0), _PI, prims.where(prims.isnan(input), input, 0))
+
+
+_complex_angle = elementwise(COMPLEX_TO_FLOAT, ("input",), name="angle", module="refs.unary")(
+    complex_angle)
+_real_angle = elementwise(INT_TO_FLOAT, ("input",), name="angle", module="refs.unary")(real_angle)
 
 
 @ref
@@ -279,10 +264,7 @@ def angle(input, *, out=None):
     """atan2(imag, real) for complex (a real result); for real inputs pi where negative,
     else 0, NaN kept; integers become the default float (two promotion kinds, two refs)."""
     tensor_argument("angle", input)
-    return (complex_angle if input.dtype.is_complex else real_angle)(input, out=out)
-
-
-_export(real, imag, conj, conj_physical, angle)
+    return (_complex_angle if input.dtype.is_complex else _real_angle)(input, out=out)
 
 
 # --- composites -------------------------------------------------------------------------------
@@ -297,7 +279,7 @@ def angle_units_ref(name, factor):
     return elementwise(INT_TO_FLOAT, ("input",))(body)
 
 
-_export(angle_units_ref("deg2rad", _PI_180), angle_units_ref("rad2deg", _180_PI))
+deg2rad, rad2deg = angle_units_ref("deg2rad", _PI_180), angle_units_ref("rad2deg", _180_PI)
 
 
 @elementwise(INT_TO_FLOAT, ("input",))
@@ -329,15 +311,13 @@ def _nan_to_num_real(x, nan, posinf, neginf):
     return prims.where(prims.eq(x, float("-inf")), neginf, x)
 
 
-def _nan_to_num_out(sym, arguments):
-    input, out = arguments.get("input"), arguments.get("out")
+def _nan_to_num_out(input, out):
     if is_tensor(input) and is_tensor(out) and out.dtype != input.dtype:
         raise RuntimeError(f"nan_to_num: dtype of out: {dtypes.scalar_type_name(out.dtype)} should be "
                            f"same as input: {dtypes.scalar_type_name(input.dtype)}")
 
 
-@precheck(_nan_to_num_out)
-@elementwise(NO_OPMATH, ("input",))
+@elementwise(NO_OPMATH, ("input",), checks=[_nan_to_num_out])
 def nan_to_num(input, nan=0.0, posinf=None, neginf=None):
     """NaN -> nan, +inf -> posinf, -inf -> neginf (default: the dtype's largest finite
     values), all cast to the input's dtype (so NO_OPMATH: float16 replacements round to
@@ -350,43 +330,35 @@ def nan_to_num(input, nan=0.0, posinf=None, neginf=None):
     return _nan_to_num_real(input, nan, posinf, neginf)
 
 
-_export(sinc, logit, nan_to_num)
+def _int_argument(op_name, pname, position, value):
+    """Eager's parser for an int parameter (a runtime int is read: it picks the kernel)."""
+    if python_type(value) is not int:
+        raise TypeError(f"{op_name}(): argument '{pname}' (position {position}) must be int, "
+                        f"not {type_name(value)}")
 
 
-def _python_type(value):
-    return getattr(value, "python_type", type(value))  # a NumberProxy has one too
-
-
-def _check_polygamma(sym, arguments):
-    n = arguments.get("n")
-    if _python_type(n) is not int:
-        raise TypeError(f"polygamma(): argument 'n' (position 1) must be int, not "
-                        f"{_python_type(n).__name__}")
+def _check_polygamma(n):
+    _int_argument("polygamma", "n", 1, n)
     if n < 0:
         raise RuntimeError("polygamma(n, x) does not support negative n.")
 
 
-@precheck(_check_polygamma)
-@elementwise(INT_TO_FLOAT, ("input",))
+@elementwise(INT_TO_FLOAT, ("input",), checks=[_check_polygamma])
 def polygamma(n, input):
     """The n-th derivative of digamma; n is a Python int >= 0 (a runtime int is specialized
     on its value: it picks the kernel)."""
     return prims.polygamma(input, operator.index(n))
 
 
-def _check_mvlgamma(sym, arguments):
-    input, p = arguments.get("input"), arguments.get("p")
-    if is_tensor(input) and input.dtype is torch.bool:
+def _check_mvlgamma(input, p):
+    if input.dtype is torch.bool:
         raise RuntimeError("The input tensor may not be a boolean tensor.")
-    if _python_type(p) is not int:
-        raise TypeError(f"mvlgamma(): argument 'p' (position 2) must be int, not "
-                        f"{_python_type(p).__name__}")
+    _int_argument("mvlgamma", "p", 2, p)
     if p < 1:
         raise RuntimeError("p has to be greater than or equal to 1")
 
 
-@precheck(_check_mvlgamma)
-@elementwise(INT_TO_FLOAT, ("input",))
+@elementwise(INT_TO_FLOAT, ("input",), checks=[_check_mvlgamma])
 def mvlgamma(input, p):
     """Multivariate log-gamma: the sum over j < p of lgamma(x - j/2), plus p(p-1)/4 log(pi).
 
@@ -402,25 +374,22 @@ def mvlgamma(input, p):
     return prims.add(total, p * (p - 1) / 4 * math.log(math.pi))
 
 
-_export(polygamma, mvlgamma)
-
-
 # --- in-place variants that inplace_variant(op) would get wrong -------------------------------
 # (the tracer makes the others, x.sin_() and co., from the out-of-place refs)
-@ref
+@ref(aliases=("absolute_",))
 def abs_(input):
     """abs written back into input; eager refuses complex input (|z| is real)."""
     tensor_argument("abs_", input)
     if input.dtype.is_complex:
         raise RuntimeError("In-place abs is not supported for complex tensors.")
-    return copy_to_self(input, abs(input), (input,))  # noqa: F821
+    return copy_to_self(input, abs(input), (input,))
 
 
 @ref
 def polygamma_(input, n):
     """Tensor.polygamma_(n): self comes first here, unlike torch.polygamma(n, input)."""
     tensor_argument("polygamma_", input)
-    return copy_to_self(input, polygamma(n, input), (input,))  # noqa: F821
+    return copy_to_self(input, polygamma(n, input), (input,))
 
 
-_export(abs_, polygamma_, absolute_=abs_)
+__all__ = exports(globals())
