@@ -1,26 +1,20 @@
 """Binary arithmetic refs: add, sub, mul, the three divisions, remainder, fmod, pow.
 
 Each ref is its promotion kind (in the decorator) plus the few prims that make the op; the
-argument checks eager makes up front come first (``@checked``). In-place variants
+argument checks eager makes up front are the decorator's ``checks``. In-place variants
 (``add_``...) compute out of place and write back into self with eager's checks.
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from primtrace import dtypes, prims
-from primtrace.refs.binary_checks import checked, number_category, require_tensor, without_complex32
-from primtrace.refs.core import (elementwise, inplace_variant, is_number, is_tensor,
+from primtrace.refs.checks import not_both_numbers, require_tensor, without_complex32
+from primtrace.refs.core import (elementwise, exports, inplace_variant, is_number, is_tensor,
                                  maybe_convert, ref, to_tensor)
 from primtrace.refs.out import copy_to_self
 from primtrace.refs.promotion import DEFAULT, INT_TO_FLOAT
-
-__all__ = ["add", "sub", "subtract", "rsub", "mul", "multiply", "div", "divide", "true_divide",
-           "trunc_divide", "floor_divide", "remainder", "fmod", "pow", "float_power",
-           "add_", "sub_", "subtract_", "mul_", "multiply_", "div_", "divide_", "true_divide_",
-           "floor_divide_", "remainder_", "fmod_", "pow_", "float_power_"]
+from primtrace.refs.scalars import number_category
 
 Cat = dtypes.Category
 
@@ -50,7 +44,12 @@ def add(input, other, *, alpha=None):
     return prims.add(input, other)
 
 
-def _no_bool(input, other, *, alpha=None):
+# README.md quotes add's definition above verbatim (tests/test_readme.py), so its in-place ref
+# is made here by the function the decorator's inplace=True calls
+add_ = inplace_variant(add)
+
+
+def _no_bool(input, other):
     """Eager's sub_check: `-` on bool is an error, even when promotion would give an integer."""
     bools = [x for x in (input, other)
              if (x.dtype is torch.bool if is_tensor(x) else number_category(x) == Cat.BOOL)]
@@ -63,8 +62,8 @@ def _no_bool(input, other, *, alpha=None):
                            "operator instead.")
 
 
-@checked(_no_bool)
-@elementwise(DEFAULT, ("input", "other"), scalars="all")
+@elementwise(DEFAULT, ("input", "other"), scalars="all", checks=[_no_bool], inplace=True,
+             aliases=("subtract",))
 def sub(input, other, *, alpha=None):
     """input - alpha * other"""
     if alpha is not None:
@@ -79,17 +78,14 @@ def rsub(input, other, *, alpha=1):
     return sub(other, input, alpha=alpha)
 
 
-@elementwise(DEFAULT, ("input", "other"), scalars="all")
+@elementwise(DEFAULT, ("input", "other"), scalars="all", inplace=True, aliases=("multiply",))
 def mul(input, other):
     return prims.mul(input, other)
 
 
-subtract, multiply = sub, mul
-
-
 # --- division --------------------------------------------------------------------------------
-@without_complex32("div_cpu")
-@elementwise(INT_TO_FLOAT, ("input", "other"), scalars="all")
+@elementwise(INT_TO_FLOAT, ("input", "other"), scalars="all", checks=[without_complex32("div_cpu")],
+             inplace=True)
 def true_divide(input, other):
     """input / other; integers divide as floats (the default dtype)."""
     return prims.div(input, other)
@@ -109,7 +105,7 @@ def _as_tensors(a, b):
     return tuple(x if is_tensor(x) else to_tensor(x, like.dtype, like.device) for x in (a, b))
 
 
-@elementwise(DEFAULT, ("input", "other"), scalars="all")
+@elementwise(DEFAULT, ("input", "other"), scalars="all", inplace=True)
 def floor_divide(input, other):
     """Python's a // b (div(rounding_mode="floor")).
 
@@ -139,7 +135,7 @@ def floor_divide(input, other):
     return prims.where(prims.eq(b, 0), true_quotient, floor)
 
 
-@ref
+@ref(inplace=True, aliases=("divide",))
 def div(input, other, *, rounding_mode=None, out=None):
     """true_divide, trunc_divide or floor_divide: the rounding mode also picks the promotion
     kind (int / int is float only without rounding)."""
@@ -153,65 +149,51 @@ def div(input, other, *, rounding_mode=None, out=None):
                        f"found '{rounding_mode}'")
 
 
-divide = div
-
-
-def _tensor_required(input, other):
-    require_tensor("remainder", input, other)
-
-
-@checked(_tensor_required)
-@elementwise(DEFAULT, ("input", "other"), scalars="all")
+@elementwise(DEFAULT, ("input", "other"), scalars="all", checks=[not_both_numbers], inplace=True)
 def remainder(input, other):
     """Python's a % b: the result takes the divisor's sign."""
     return prims.remainder(input, other)
 
 
-@elementwise(DEFAULT, ("input", "other"))
+@elementwise(DEFAULT, ("input", "other"), inplace=True)
 def fmod(input, other):
     """C's fmod: the result takes the dividend's sign."""
     return prims.fmod(input, other)
 
 
 # --- powers ----------------------------------------------------------------------------------
-def _pow_check(input, exponent):
-    require_tensor("pow", input, exponent)
+def _no_negative_integer_power(input, exponent):
     if (is_tensor(input) and is_number(exponent) and dtypes.is_integer(input.dtype)
             and number_category(exponent) <= Cat.INTEGER and exponent < 0):
         raise RuntimeError("Integers to negative integer powers are not allowed.")
 
 
-def _float16_exponent(sym):
-    """float16 ** number: eager's kernel rounds the exponent to half and calls std::pow,
-    without the sqrt/rsqrt shortcuts the float32 kernel takes (which differ at -inf and -0),
-    so the number goes in as a 0-dim float16 tensor, which promotes the same way."""
-    run = sym.fn
-
-    @functools.wraps(run)
-    def convert(input, exponent, **kwargs):
-        if (is_tensor(input) and input.dtype is torch.float16 and is_number(exponent)
-                and number_category(exponent) <= Cat.FLOATING):
-            exponent = to_tensor(exponent, torch.float16, input.device)
-        return run(input, exponent, **kwargs)
-    sym.fn = convert
-    return sym
+@elementwise(DEFAULT, ("input", "exponent"), scalars="all", name="pow",
+             checks=[not_both_numbers, _no_negative_integer_power, without_complex32("pow")])
+def _pow(input, exponent):
+    """pow's kernel: a bool result only comes from a bool tensor to a bool number, where
+    eager's x ** 1 and x ** 0 shortcuts give the answer (there is no bool pow kernel)."""
+    if is_number(exponent) and input.dtype is torch.bool:
+        return prims.clone(input) if exponent else prims.full(
+            tuple(input.shape), True, dtype=torch.bool, device=input.device)
+    return prims.pow(input, exponent)
 
 
-@_float16_exponent
-@checked(_pow_check)
-@without_complex32("pow")
-@elementwise(DEFAULT, ("input", "exponent"), scalars="all")
-def pow(input, exponent):
+@ref(inplace=True, promote=_pow.promote, type_promotion_kind=_pow.type_promotion_kind)
+def pow(input, exponent, *, out=None):
     """input ** exponent, in the promoted dtype (not BOOL_TO_LONG: eager's pow(bool, True)
     stays bool and bool ** bool tensors are an error, so plain promotion is what it does).
 
     A bool result only comes from a bool tensor to a bool number, where eager's x ** 1 and
     x ** 0 shortcuts give the answer (there is no bool pow kernel).
     """
-    if is_number(exponent) and input.dtype is torch.bool:
-        return prims.clone(input) if exponent else prims.full(
-            tuple(input.shape), True, dtype=torch.bool, device=input.device)
-    return prims.pow(input, exponent)
+    # float16 ** number: eager's kernel rounds the exponent to half and calls std::pow, without
+    # the sqrt/rsqrt shortcuts the float32 kernel takes (which differ at -inf and -0), so the
+    # number goes in as a 0-dim float16 tensor, which promotes the same way
+    if (is_tensor(input) and input.dtype is torch.float16 and is_number(exponent)
+            and number_category(exponent) <= Cat.FLOATING):
+        exponent = to_tensor(exponent, torch.float16, input.device)
+    return _pow.fn(input, exponent, out=out)  # its steps inline: one node, as pow is one op
 
 
 def _float_power_dtype(input, exponent):
@@ -243,10 +225,4 @@ def float_power_(self, exponent):
     return copy_to_self(self, float_power(self, exponent), (self, exponent))
 
 
-# --- in-place variants -----------------------------------------------------------------------
-add_, sub_, mul_ = inplace_variant(add), inplace_variant(sub), inplace_variant(mul)
-subtract_, multiply_ = sub_, mul_
-div_, true_divide_ = inplace_variant(div), inplace_variant(true_divide)
-divide_ = div_
-floor_divide_, remainder_ = inplace_variant(floor_divide), inplace_variant(remainder)
-fmod_, pow_ = inplace_variant(fmod), inplace_variant(pow)
+__all__ = exports(globals())

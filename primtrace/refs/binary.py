@@ -1,6 +1,7 @@
 """Binary math refs: atan2, hypot, copysign, nextafter, maximum/minimum, fmax/fmin, gcd, lcm,
-igamma, igammac (rows of a table: promotion kind + one prim), and the composites xlogy,
-logaddexp, logaddexp2, ldexp (with its inverse frexp) and heaviside written in prims.
+igamma, igammac (one ``make_binary`` line each: promotion kind + one prim), and the
+composites xlogy, logaddexp, logaddexp2, ldexp (with its inverse frexp) and heaviside
+written in prims.
 """
 from __future__ import annotations
 
@@ -9,79 +10,54 @@ import math
 import torch
 
 from primtrace import dtypes, prims
-from primtrace.refs.arithmetic import mul, pow
-from primtrace.refs.binary_checks import checked, exact_add, exact_sub, python_zero, require_tensor, without_complex32
-from primtrace.refs.core import (broadcast, broadcast_shapes, elementwise, inplace_variant,
-                                 is_tensor, maybe_convert, ref, to_tensor)
+from primtrace.refs import arithmetic
+from primtrace.refs.checks import not_both_numbers, without_complex32
+from primtrace.refs.core import (broadcast, broadcast_shapes, elementwise, exact_add, exact_sub,
+                                 exports, is_tensor, maybe_convert, ref, to_tensor)
 from primtrace.refs.out import copy_to_out
 from primtrace.refs.promotion import DEFAULT, INT_TO_FLOAT, NO_OPMATH
-
-__all__ = ["atan2", "arctan2", "hypot", "copysign", "nextafter", "maximum", "minimum", "fmax",
-           "fmin", "gcd", "lcm", "igamma", "igammac", "xlogy", "logaddexp", "logaddexp2", "ldexp",
-           "frexp", "heaviside",
-           "atan2_", "arctan2_", "hypot_", "copysign_", "nextafter_", "gcd_", "lcm_", "igamma_",
-           "igammac_", "xlogy_", "ldexp_", "heaviside_"]
+from primtrace.refs.scalars import python_zero
 
 
-def make_binary(name, prim, kind, scalars=(), doc=None, check=None, complex32=True):
+def make_binary(name, prim, kind, scalars=(), doc=None, complex32=True, checks=(), **options):
     """A ref `name(input, other)` = `prim` on the promoted, broadcast operands.
 
-    `scalars` names the parameters eager lets be Python numbers; `check(input, other)` runs
-    on the promoted operands before the prim (for eager's dtype errors with their own text);
-    `complex32=False` where eager has no ComplexHalf kernel.
+    `scalars` names the parameters eager lets be Python numbers (a TypeError for the others
+    before any dtype error); `complex32=False` where eager has no ComplexHalf kernel;
+    `checks` and `options` for elementwise (inplace, aliases).
     """
     def body(input, other):
-        if check is not None:
-            check(input, other)
         return prim(input, other)
     body.__name__, body.__qualname__ = name, name
     body.__doc__ = doc or f"{name}(input, other): prims.{prim.name} after {kind.value} promotion."
-    sym = elementwise(kind, ("input", "other"), scalars=tuple(scalars))(body)
+    first = [not_both_numbers] if len(scalars) == 2 else []  # either side, but not both
     if not complex32:
-        sym = without_complex32(f"{name}_cpu")(sym)
-    if len(scalars) == 2:  # either side may be a number, but not both
-        sym = checked(lambda input, other: require_tensor(name, input, other))(sym)
-    elif not scalars:  # no number overload: a TypeError before any dtype error
-        sym = checked(lambda input, other: _require_tensors(name, input, other))(sym)
-    return sym
+        first.append(without_complex32(f"{name}_cpu"))
+    return elementwise(kind, ("input", "other"), scalars=tuple(scalars), checks=[*first, *checks],
+                       **options)(body)
 
 
-def _require_tensors(name, *args):
-    for position, x in enumerate(args):
-        if not is_tensor(x):
-            raise TypeError(f"{name}(): argument '{('input', 'other')[position]}' (position "
-                            f"{position + 1}) must be Tensor, not {type(x).__name__}")
+def _not_complex(name, computation):
+    """maximum/minimum/fmax/fmin: eager refuses complex tensors with a RuntimeError."""
+    if computation.is_complex:
+        raise RuntimeError(f"{name} not implemented for complex tensors.")
 
 
-def _not_complex(name):
-    def check(input, other):
-        if input.dtype.is_complex:
-            raise RuntimeError(f"{name} not implemented for complex tensors.")
-    return check
-
-
-# name, prim, promotion kind, parameters that may be Python numbers
-_TABLE = [
-    ("atan2", prims.atan2, INT_TO_FLOAT, ()),
-    ("hypot", prims.hypot, DEFAULT, ()),
-    ("copysign", prims.copysign, INT_TO_FLOAT, ("other",)),
-    ("nextafter", prims.nextafter, NO_OPMATH, ()),
-    ("maximum", prims.maximum, DEFAULT, ()),   # NaN-propagating
-    ("minimum", prims.minimum, DEFAULT, ()),
-    ("fmax", prims.fmax, DEFAULT, ()),         # NaN-ignoring
-    ("fmin", prims.fmin, DEFAULT, ()),
-    ("gcd", prims.gcd, DEFAULT, ()),
-    ("lcm", prims.lcm, DEFAULT, ()),
-    ("igamma", prims.igamma, DEFAULT, ()),     # torch.special.gammainc: DEFAULT, as eager
-    ("igammac", prims.igammac, DEFAULT, ()),   # has no integer kernel to promote to
-]
-_COMPLEX_IS_RUNTIME_ERROR = {"maximum", "minimum", "fmax", "fmin"}
-
-for _name, _prim, _kind, _scalars in _TABLE:
-    globals()[_name] = make_binary(
-        _name, _prim, _kind, _scalars,
-        check=_not_complex(_name) if _name in _COMPLEX_IS_RUNTIME_ERROR else None)
-arctan2 = atan2  # noqa: F821  (generated above)
+# one prim after `kind` promotion; ("other",): the operands that may be Python numbers
+atan2 = make_binary("atan2", prims.atan2, INT_TO_FLOAT, inplace=True, aliases=("arctan2",))
+hypot = make_binary("hypot", prims.hypot, DEFAULT, inplace=True)
+copysign = make_binary("copysign", prims.copysign, INT_TO_FLOAT, ("other",), inplace=True)
+nextafter = make_binary("nextafter", prims.nextafter, NO_OPMATH, inplace=True)
+# NaN-propagating, then NaN-ignoring
+maximum = make_binary("maximum", prims.maximum, DEFAULT, checks=[_not_complex])
+minimum = make_binary("minimum", prims.minimum, DEFAULT, checks=[_not_complex])
+fmax = make_binary("fmax", prims.fmax, DEFAULT, checks=[_not_complex])
+fmin = make_binary("fmin", prims.fmin, DEFAULT, checks=[_not_complex])
+gcd = make_binary("gcd", prims.gcd, DEFAULT, inplace=True)
+lcm = make_binary("lcm", prims.lcm, DEFAULT, inplace=True)
+# torch.special.gammainc(c): DEFAULT, as eager has no integer kernel to promote to
+igamma = make_binary("igamma", prims.igamma, DEFAULT, inplace=True)
+igammac = make_binary("igammac", prims.igammac, DEFAULT, inplace=True)
 
 
 def _as_tensors(a, b):
@@ -94,13 +70,8 @@ def _no_complex_kernel(name, t):
         raise NotImplementedError(f'"{name}_cpu" not implemented for \'{dtypes.scalar_type_name(t.dtype)}\'')
 
 
-def _xlogy_check(input, other):
-    require_tensor("xlogy", input, other)
-
-
-@checked(_xlogy_check)
-@without_complex32("xlogy_cpu")
-@elementwise(INT_TO_FLOAT, ("input", "other"), scalars="all")
+@elementwise(INT_TO_FLOAT, ("input", "other"), scalars="all",
+             checks=[not_both_numbers, without_complex32("xlogy_cpu")], inplace=True)
 def xlogy(input, other):
     """x * log(y), defined as 0 where x == 0 (even for y == 0) and nan where y is nan."""
     x, y = _as_tensors(input, other)
@@ -109,8 +80,7 @@ def xlogy(input, other):
     return prims.where(prims.isnan(y), math.nan, product)
 
 
-@without_complex32("logaddexp_cpu")
-@elementwise(DEFAULT, ("input", "other"), scalars=())
+@elementwise(DEFAULT, ("input", "other"), scalars=(), checks=[without_complex32("logaddexp_cpu")])
 def logaddexp(input, other):
     """log(exp(a) + exp(b)) without overflow: max + log1p(exp(-|a - b|)); equal infinities
     return themselves (their difference would be nan)."""
@@ -150,7 +120,7 @@ def logaddexp2(input, other):
     return prims.where(same_infinity, a, result)
 
 
-@ref
+@ref(inplace=True)
 def ldexp(input, other, *, out=None):
     """input * 2 ** other. A float input with an integer exponent is scaled exactly, as C's
     ldexp(double, int) then rounded once to input's dtype; other cases multiply by a power
@@ -167,10 +137,10 @@ def ldexp(input, other, *, out=None):
         result = _scale_by_power_of_two(input, other)
         return result if out is None else copy_to_out(out, result, (input, other))
     if dtypes.is_integer(input.dtype) or input.dtype is torch.float32:
-        power = pow(2.0, other)
+        power = arithmetic.pow(2.0, other)
     else:
-        power = pow(to_tensor(2.0, input.dtype, input.device), other)
-    return mul(input, power, out=out)
+        power = arithmetic.pow(to_tensor(2.0, input.dtype, input.device), other)
+    return arithmetic.mul(input, power, out=out)
 
 
 def _scale_by_power_of_two(x, e):
@@ -204,7 +174,6 @@ def _frexp_check(input, out=None):
                                f"{dtypes.type_meta_name(exponent.dtype)}")
 
 
-@checked(_frexp_check)
 @ref
 def frexp(input, *, out=None):
     """(mantissa, exponent): input = mantissa * 2**exponent with |mantissa| in [0.5, 1), an
@@ -214,6 +183,7 @@ def frexp(input, *, out=None):
     is floor(log2|x|) + 1, moved by one where log2 rounded across a power of two (then the
     scaled value lands outside [0.5, 1)); the mantissa is x scaled exactly, as ldexp scales,
     so it is exact in input's dtype."""
+    _frexp_check(input, out)
     x = maybe_convert(input, torch.float64)
     regular = prims.bitwise_and(prims.isfinite(x), prims.ne(x, 0))
     guess = prims.where(regular, prims.add(prims.floor(prims.log2(prims.abs(x))), 1), 0.0)
@@ -229,17 +199,14 @@ def frexp(input, *, out=None):
     return torch.return_types.frexp(result)
 
 
-def _heaviside_check(input, values, out=None):
-    if not (is_tensor(input) and is_tensor(values)):
-        raise TypeError("heaviside(): arguments 'input' and 'values' must be Tensors")
+def _heaviside_check(input, values, out):
     if input.dtype.is_complex or values.dtype.is_complex:
         raise RuntimeError("heaviside is not yet implemented for complex tensors.")
     if input.dtype != values.dtype or (out is not None and out.dtype != input.dtype):
         raise RuntimeError("heaviside is not yet implemented for tensors with different dtypes.")
 
 
-@checked(_heaviside_check)
-@elementwise(DEFAULT, ("input", "values"), scalars=())
+@elementwise(DEFAULT, ("input", "values"), scalars=(), checks=[_heaviside_check], inplace=True)
 def heaviside(input, values):
     """0 for x < 0 (and nan), `values` where x == 0, 1 for x > 0."""
     zero = python_zero(input.dtype)
@@ -247,8 +214,4 @@ def heaviside(input, values):
     return prims.where(prims.eq(input, zero), values, step)
 
 
-atan2_, hypot_, copysign_ = (inplace_variant(globals()[n]) for n in ("atan2", "hypot", "copysign"))
-nextafter_, gcd_, lcm_ = (inplace_variant(globals()[n]) for n in ("nextafter", "gcd", "lcm"))
-igamma_, igammac_ = inplace_variant(igamma), inplace_variant(igammac)  # noqa: F821
-arctan2_ = atan2_
-xlogy_, ldexp_, heaviside_ = inplace_variant(xlogy), inplace_variant(ldexp), inplace_variant(heaviside)
+__all__ = exports(globals())

@@ -9,18 +9,15 @@ from __future__ import annotations
 import torch
 
 from primtrace import dtypes, prims
-from primtrace.refs.binary_checks import checked
-from primtrace.refs.core import broadcast, broadcast_shapes, is_tensor, ref
+from primtrace.refs.core import broadcast, broadcast_shapes, exports, is_tensor, ref
 from primtrace.refs.out import copy_to_out
-
-__all__ = ["complex", "polar"]
 
 PART_DTYPES = (torch.float16, torch.float32, torch.float64)
 
 
 def _parts_check(name, names):
     """Eager's complex_check_dtype, after the argument parser's TypeError."""
-    def check(a, b, out=None):
+    def check(a, b, out):
         for position, (pname, x) in enumerate(zip(names, (a, b))):
             if not is_tensor(x):
                 raise TypeError(f"{name}(): argument '{pname}' (position {position + 1}) must be "
@@ -44,20 +41,27 @@ def _join(real, imag, out, inputs):
     return result if out is None else copy_to_out(out, result, inputs)
 
 
-@checked(_parts_check("complex", ("real", "imag")))
+_complex_check = _parts_check("complex", ("real", "imag"))
+_polar_check = _parts_check("polar", ("abs", "angle"))
+
+
 @ref
 def complex(real, imag, *, out=None):
     """real + imag * 1j, broadcast; float16 parts make complex32."""
+    _complex_check(real, imag, out)
     return _join(real, imag, out, (real, imag))
 
 
-@checked(_parts_check("polar", ("abs", "angle")))
 @ref
 def polar(abs, angle, *, out=None):
     """abs * cos(angle) + abs * sin(angle) * 1j, each product as eager's kernel computes it
     (abs = inf at angle 0 gives inf + nan j); float16 has no CPU kernel."""
+    _polar_check(abs, angle, out)
     shape = broadcast_shapes(tuple(abs.shape), tuple(angle.shape))
     if abs.dtype is torch.float16:
         raise NotImplementedError("\"polar_cpu\" not implemented for 'Half'")
     r, theta = broadcast(abs, shape), broadcast(angle, shape)
     return _join(prims.mul(r, prims.cos(theta)), prims.mul(r, prims.sin(theta)), out, (abs, angle))
+
+
+__all__ = exports(globals())

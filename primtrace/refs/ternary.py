@@ -7,22 +7,17 @@ op's dtype with c10's checked conversion, so an out-of-range number is an error
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from primtrace import dtypes, prims
 from primtrace.ir.strides import contiguous_strides
-from primtrace.refs.binary_checks import check_fits, check_out_dtype, checked, exact_add, exact_sub, python_zero, without_complex32
-from primtrace.refs.core import (broadcast, broadcast_shapes, elementwise, inplace_variant,
-                                 is_number, is_tensor, maybe_convert, ref, to_tensor)
+from primtrace.refs.checks import check_fits, check_out_dtype, not_implemented, without_complex32
+from primtrace.refs.core import (broadcast, broadcast_shapes, elementwise, exact_add, exact_sub,
+                                 exports, is_number, is_tensor, maybe_convert, ref, to_tensor)
 from primtrace.refs.creation import as_nodes, filled
 from primtrace.refs.out import copy_to_out
 from primtrace.refs.promotion import DEFAULT, NO_OPMATH, result_type
-
-__all__ = ["lerp", "addcmul", "addcdiv", "clamp", "clip", "clamp_min", "clamp_max", "where",
-           "masked_fill", "lerp_", "addcmul_", "addcdiv_", "clamp_", "clip_", "clamp_min_",
-           "clamp_max_", "masked_fill_", "tril", "triu", "tril_", "triu_"]
+from primtrace.refs.scalars import python_zero
 
 
 def _require_tensors(op_name, **named):
@@ -31,13 +26,8 @@ def _require_tensors(op_name, **named):
             raise TypeError(f"{op_name}(): argument '{pname}' must be Tensor, not {type(value).__name__}")
 
 
-def _not_implemented(kernel, dtype):
-    return NotImplementedError(f'"{kernel}" not implemented for \'{dtypes.scalar_type_name(dtype)}\'')
-
-
 # --- lerp --------------------------------------------------------------------------------------
-def _lerp_check(input, end, weight, out=None):
-    _require_tensors("lerp", input=input, end=end)
+def _lerp_check(input, end, weight, out):
     if end.dtype != input.dtype:
         raise RuntimeError(f"expected dtype {dtypes.type_meta_name(input.dtype)} for `end` but got dtype "
                            f"{dtypes.type_meta_name(end.dtype)}")
@@ -48,19 +38,18 @@ def _lerp_check(input, end, weight, out=None):
         check_out_dtype(out, input.dtype)
     if is_number(weight):
         if dtypes.is_integer(input.dtype):
-            raise _not_implemented("lerp_kernel_scalar", input.dtype)
+            raise not_implemented("lerp_kernel_scalar", input.dtype)
         check_fits(weight, dtypes.opmath(input.dtype))
 
 
-@checked(_lerp_check)
-@without_complex32("lerp_kernel_tensor")
-@elementwise(DEFAULT, ("input", "end", "weight"), scalars=("weight",))
+@elementwise(DEFAULT, ("input", "end", "weight"), scalars=("weight",), inplace=True,
+             checks=[_lerp_check, without_complex32("lerp_kernel_tensor")])
 def lerp(input, end, weight):
     """input + weight * (end - input), evaluated from the nearer end for accuracy:
     end - (end - input) * (1 - weight) once |weight| >= 0.5. A number weight keeps the
     dtype of input; only a 0-dim weight tensor takes part in promotion."""
     if dtypes.is_integer(input.dtype):
-        raise _not_implemented("lerp_kernel_tensor", input.dtype)
+        raise not_implemented("lerp_kernel_tensor", input.dtype)
     w = weight if is_tensor(weight) else to_tensor(weight, input.dtype, input.device)
     diff = exact_sub(end, input)
     from_start = exact_add(input, prims.mul(w, diff))
@@ -70,8 +59,7 @@ def lerp(input, end, weight):
 
 # --- addcmul, addcdiv ----------------------------------------------------------------------------
 def _addc_check(op_name):
-    def check(input, tensor1, tensor2, *, value=1):
-        _require_tensors(op_name, input=input, tensor1=tensor1, tensor2=tensor2)
+    def check(tensor1, tensor2, value, computation, result):
         if not is_number(value):
             raise TypeError(f"{op_name}(): argument 'value' must be Number, not {type(value).__name__}")
         if op_name == "addcdiv" and dtypes.is_integer(tensor1.dtype) and dtypes.is_integer(tensor2.dtype):
@@ -82,10 +70,9 @@ def _addc_check(op_name):
                 "tensor2)).to(input.dtype) for integer inputs and as (input + value * tensor1 / "
                 "tensor2) for float inputs. The future addcdiv behavior is just the latter "
                 "implementation: (input + value * tensor1 / tensor2), for all dtypes.")
-        dtype = result_type(input, tensor1, tensor2)
-        if dtype is torch.bool:
-            raise _not_implemented(f"{op_name}_cpu_out", dtype)
-        check_fits(value, dtypes.opmath(dtype))
+        if result is torch.bool:
+            raise not_implemented(f"{op_name}_cpu_out", result)
+        check_fits(value, computation)
     return check
 
 
@@ -94,16 +81,15 @@ def _value(value, like):
     return to_tensor(value, like.dtype, like.device)
 
 
-@checked(_addc_check("addcmul"))
-@elementwise(DEFAULT, ("input", "tensor1", "tensor2"), scalars=())
+@elementwise(DEFAULT, ("input", "tensor1", "tensor2"), scalars=(), checks=[_addc_check("addcmul")],
+             inplace=True)
 def addcmul(input, tensor1, tensor2, *, value=1):
     """input + value * tensor1 * tensor2"""
     return exact_add(input, prims.mul(prims.mul(_value(value, input), tensor1), tensor2))
 
 
-@checked(_addc_check("addcdiv"))
-@without_complex32("addcdiv_cpu_out")
-@elementwise(DEFAULT, ("input", "tensor1", "tensor2"), scalars=())
+@elementwise(DEFAULT, ("input", "tensor1", "tensor2"), scalars=(), inplace=True,
+             checks=[_addc_check("addcdiv"), without_complex32("addcdiv_cpu_out")])
 def addcdiv(input, tensor1, tensor2, *, value=1):
     """input + value * tensor1 / tensor2 (integer tensor1 and tensor2 are refused)."""
     return exact_add(input, prims.div(prims.mul(_value(value, input), tensor1), tensor2))
@@ -145,7 +131,7 @@ def _clamp_check(input, min=None, max=None, out=None, *, name="clamp"):
     for b in numbers:
         check_fits(b, dtype)
     if dtype is torch.bool:
-        raise _not_implemented(f"{name}_scalar_cpu", dtype)
+        raise not_implemented(f"{name}_scalar_cpu", dtype)
     check_out_dtype(out, dtype)
 
 
@@ -154,53 +140,51 @@ def _bound(b, like):
     return b if is_tensor(b) else to_tensor(b, like.dtype, like.device)
 
 
-@checked(lambda input, min, out=None: _clamp_check(input, min, None, out, name="clamp_min"))
-@elementwise(DEFAULT, ("input", "min"))
+def _clamp_min_check(input, min, out):
+    _clamp_check(input, min, None, out, name="clamp_min")
+
+
+def _clamp_max_check(input, max, out):
+    _clamp_check(input, None, max, out, name="clamp_max")
+
+
+@elementwise(DEFAULT, ("input", "min"), checks=[_clamp_min_check], inplace=True)
 def clamp_min(input, min):
     """max(input, min), nan-propagating."""
     return prims.maximum(input, _bound(min, input))
 
 
-@checked(lambda input, max, out=None: _clamp_check(input, None, max, out, name="clamp_max"))
-@elementwise(DEFAULT, ("input", "max"))
+@elementwise(DEFAULT, ("input", "max"), checks=[_clamp_max_check], inplace=True)
 def clamp_max(input, max):
     """min(input, max), nan-propagating."""
     return prims.minimum(input, _bound(max, input))
 
 
-def _one_bound_forms(sym):
-    """clamp with a bound left out is clamp_min or clamp_max (None cannot be promoted)."""
-    both = sym.fn
-
-    @functools.wraps(both)
-    def dispatch(input, min=None, max=None, *, out=None):
-        _clamp_check(input, min, max, out)
-        if any(is_number(b) for b in (min, max)):
-            min, max = (_number_like(b) if is_tensor(b) else b for b in (min, max))
-        if max is None:
-            return clamp_min(input, min, out=out)
-        if min is None:
-            return clamp_max(input, max, out=out)
-        return both(input, min, max, out=out)
-    sym.fn = dispatch
-    return sym
-
-
-@_one_bound_forms
-@elementwise(DEFAULT, ("input", "min", "max"))
-def clamp(input, min=None, max=None):
-    """min(max(input, min), max): nan anywhere gives nan, and min > max gives max (there
-    is a bool kernel for one bound, not for two)."""
+@elementwise(DEFAULT, ("input", "min", "max"), name="clamp")
+def _clamp(input, min, max):
+    """clamp with both bounds (clamp's checks made)."""
     if input.dtype is torch.bool:
-        raise _not_implemented("clamp_cpu", input.dtype)
+        raise not_implemented("clamp_cpu", input.dtype)
     return prims.minimum(prims.maximum(input, _bound(min, input)), _bound(max, input))
 
 
-clip = clamp
+@ref(inplace=True, aliases=("clip",), promote=_clamp.promote,
+     type_promotion_kind=_clamp.type_promotion_kind)
+def clamp(input, min=None, max=None, *, out=None):
+    """min(max(input, min), max): nan anywhere gives nan, and min > max gives max (there
+    is a bool kernel for one bound, not for two)."""
+    _clamp_check(input, min, max, out)
+    if any(is_number(b) for b in (min, max)):
+        min, max = (_number_like(b) if is_tensor(b) else b for b in (min, max))
+    if max is None:  # one bound: clamp_min or clamp_max (None cannot be promoted)
+        return clamp_min(input, min, out=out)
+    if min is None:
+        return clamp_max(input, max, out=out)
+    return _clamp.fn(input, min, max, out=out)  # its steps inline: one node, as clamp is one op
 
 
 # --- where, masked_fill ----------------------------------------------------------------------------
-def _where_check(condition, input, other, out=None):
+def _where_check(condition, input, other, out):
     _require_tensors("where", condition=condition)
     if out is not None:  # out= exists only for tensors, and takes no cast
         _require_tensors("where", input=input, other=other)
@@ -210,8 +194,7 @@ def _where_check(condition, input, other, out=None):
                            f"dtype {dtypes.scalar_type_name(condition.dtype)}")
 
 
-@checked(_where_check)
-@elementwise(NO_OPMATH, ("input", "other"), scalars="all")
+@elementwise(NO_OPMATH, ("input", "other"), scalars="all", checks=[_where_check])
 def where(condition, input, other):
     """condition ? input : other. Numbers are converted to the result dtype as torch.full
     does: checked for overflow, except into float16/bfloat16 (which round to inf)."""
@@ -237,11 +220,11 @@ def _masked_fill_check(input, mask, value):
         raise TypeError(f"masked_fill(): argument 'value' must be Number, not {type(value).__name__}")
 
 
-@checked(_masked_fill_check)
-@ref
+@ref(inplace=True)
 def masked_fill(input, mask, value):
     """`value` where mask is True, else input; the result keeps input's dtype (no promotion)
     and has the broadcast shape of input and mask."""
+    _masked_fill_check(input, mask, value)
     shape = broadcast_shapes(tuple(input.shape), tuple(mask.shape))
     fill = maybe_convert(value, input.dtype) if is_tensor(value) else to_tensor(
         value, input.dtype, input.device)
@@ -279,13 +262,9 @@ def _triangle(name, lower):
     body.__name__ = body.__qualname__ = name
     body.__doc__ = (f"input with the elements {'above' if lower else 'below'} the diagonal-th "
                     f"diagonal of its last two dimensions set to 0 (a contiguous result).")
-    return ref(body)
+    return ref(body, inplace=True)
 
 
 tril, triu = _triangle("tril", lower=True), _triangle("triu", lower=False)
 
-lerp_, addcmul_, addcdiv_ = inplace_variant(lerp), inplace_variant(addcmul), inplace_variant(addcdiv)
-clamp_, clamp_min_, clamp_max_ = inplace_variant(clamp), inplace_variant(clamp_min), inplace_variant(clamp_max)
-clip_ = clamp_
-masked_fill_ = inplace_variant(masked_fill)
-tril_, triu_ = inplace_variant(tril), inplace_variant(triu)
+__all__ = exports(globals())
