@@ -3,47 +3,61 @@
 ``refs.nn.functional.<name>`` has the signature of ``torch.nn.functional.<name>``
 (``inplace=`` included: the input is then written and returned). Each body is eager's CPU
 formula, computed in the opmath dtype (float for float16/bfloat16) and rounded once; the
-decorator (``activations_base.activation``) does what they share: dispatch errors, number
-parameters converted as eager's kernels convert them, in-place and ``out=``.
+elementwise decorator (``refs.core``) does what they share, in eager's order: F's Python
+checks, argument parsing, the checks before dispatch (an ``out=`` of another dtype, a dtype
+the CPU kernel lacks), number parameters converted as eager's kernels convert them
+(``numbers``), then ``inplace=True`` or ``out=``; ``inplace=True`` in the decorator makes
+F's ``<op>_`` function.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 
 from primtrace import dtypes, prims
-from primtrace.refs.core import is_tensor, maybe_convert, ref
-from primtrace.refs.nn.activations_base import (COMPUTATION, INPUT, MODULE, RAW, activation,
-                                                concrete, constant, dispatch, inplace_of,
-                                                scalar_to, type_name)
-from primtrace.refs.promotion import INT_TO_FLOAT, elementwise_dtypes
+from primtrace.refs.checks import dispatch, exact_out
+from primtrace.refs.core import (COMPUTATION, INPUT, RAW, elementwise, exports, is_tensor,
+                                 maybe_convert, ref, to_tensor)
+from primtrace.refs.promotion import DEFAULT, INT_TO_FLOAT, elementwise_dtypes
+from primtrace.refs.scalars import concrete, scalar_to, type_name
 
-__all__ = [
-    "relu", "relu6", "hardtanh", "leaky_relu", "rrelu", "threshold",
-    "elu", "selu", "celu", "gelu", "silu", "mish", "softplus", "logsigmoid",
-    "hardsigmoid", "hardswish", "softshrink", "hardshrink", "tanhshrink", "softsign",
-    "tanh", "sigmoid", "prelu",
-    "relu_", "elu_", "leaky_relu_", "hardtanh_", "threshold_", "rrelu_", "celu_", "selu_",
-]
-
+MODULE = "refs.nn.functional"
 FLOATS = dtypes.FLOATS
 REALS = (*dtypes.INTEGERS, *dtypes.FLOATS)
-STRUCTURED_OUT = "Found dtype {found} but expected {expected}"
+STRUCTURED_OUT = exact_out("Found dtype {found} but expected {expected}")
+
+#: an activation: one tensor operand, `input`, printed as refs.nn.functional.<name>
+activation = functools.partial(elementwise, promote=("input",), module=MODULE)
+
+
+def constant(value, like):
+    """A 0-dim tensor of `like`'s dtype holding `value` (maximum/minimum take no numbers)."""
+    return to_tensor(value, like.dtype, like.device)
 
 
 def clamp_dtypes(bool_message):
     """relu and hardtanh are clamps: bool has its own error, complex has clamp's."""
-    def check(dtype):
-        if dtype is torch.bool:
+    def check(input):
+        if input.dtype is torch.bool:
             raise RuntimeError(bool_message)
-        if dtype.is_complex:
+        if input.dtype.is_complex:
             raise NotImplementedError("clamp is not supported for complex types")
     return check
 
 
+def method_of_input(method):
+    """F calls ``input.<method>()``: anything but a tensor raises AttributeError first."""
+    def check(input):
+        if not is_tensor(input):
+            raise AttributeError(f"'{type_name(input)}' object has no attribute '{method}'")
+    return check
+
+
 # --- clamps: relu, relu6, hardtanh -------------------------------------------------------------
-@activation(clamp_dtypes("Boolean inputs not supported for relu"))
+@activation(DEFAULT, checks=[clamp_dtypes("Boolean inputs not supported for relu")],
+            writes="input", inplace=True)
 def relu(input):
     """max(x, 0), NaN kept (eager's clamp_min)."""
     return prims.maximum(input, constant(0, input))
@@ -69,22 +83,26 @@ def _min_not_above_max(input, min_val, max_val):
         raise ValueError("min_val cannot be greater than max_val")
 
 
-@activation(clamp_dtypes("Bool inputs not supported for hardtanh"),
-            scalars={"min_val": _hardtanh_limit, "max_val": _hardtanh_limit},
-            python_check=_min_not_above_max)
+# hardtanh_ is the C++ op: min_val > max_val is not checked, everything clamps to max_val
+@activation(DEFAULT, prechecks=[_min_not_above_max],
+            numbers={"min_val": _hardtanh_limit, "max_val": _hardtanh_limit},
+            checks=[clamp_dtypes("Bool inputs not supported for hardtanh")], writes="input",
+            inplace=True)
 def hardtanh(input, min_val=-1.0, max_val=1.0):
     """clamp(x, min_val, max_val), the limits in the input's dtype."""
     return _clamp(input, min_val, max_val)
 
 
-@activation(clamp_dtypes("Bool inputs not supported for hardtanh"))
+@activation(DEFAULT, checks=[clamp_dtypes("Bool inputs not supported for hardtanh")],
+            writes="input")
 def relu6(input):
     """hardtanh(x, 0, 6)."""
     return _clamp(input, 0, 6)
 
 
 # --- piecewise linear: leaky_relu, rrelu, threshold ------------------------------------------
-@activation(dispatch("leaky_relu_cpu", FLOATS), scalars={"negative_slope": COMPUTATION})
+@activation(DEFAULT, numbers={"negative_slope": COMPUTATION},
+            checks=[dispatch("leaky_relu_cpu", FLOATS)], writes="input", inplace=True)
 def leaky_relu(input, negative_slope=0.01):
     """x > 0 ? x : x * negative_slope."""
     return prims.where(prims.gt(input, 0), input, prims.mul(input, negative_slope))
@@ -100,21 +118,23 @@ def _lower_not_above_upper(input, lower, upper, training):
         raise RuntimeError("Lower bound should be less than or equal to the upper bound")
 
 
-def _deterministic(dtype, input, lower, upper, training):
+def _deterministic(training):
     if training:
         raise NotImplementedError("primtrace: rrelu(training=True) draws a random slope per "
                                   "element; only training=False has a ref")
 
 
-@activation(dispatch("leaky_relu_cpu", FLOATS), scalars={"lower": RAW, "upper": RAW},
-            precheck=_lower_not_above_upper, check=_deterministic)
+@activation(DEFAULT, numbers={"lower": RAW, "upper": RAW},
+            checks=[_lower_not_above_upper, dispatch("leaky_relu_cpu", FLOATS), _deterministic],
+            writes="input", inplace=True)
 def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False):
     """Evaluation mode: leaky_relu with the mean slope (lower + upper) / 2."""
     slope = scalar_to((_real(lower) + _real(upper)) / 2, input.dtype)
     return leaky_relu.body(input, slope)
 
 
-@activation(dispatch("threshold_cpu", REALS), scalars={"threshold": COMPUTATION, "value": INPUT})
+@activation(DEFAULT, numbers={"threshold": COMPUTATION, "value": INPUT},
+            checks=[dispatch("threshold_cpu", REALS)], writes="input", inplace=True)
 def threshold(input, threshold, value):
     """x <= threshold ? value : x; value is rounded to the input's dtype."""
     return prims.where(prims.le(input, threshold), value, input)
@@ -132,13 +152,14 @@ def _elu(x, negcoef, poscoef=1.0, negiptcoef=1.0):
     return prims.where(prims.le(x, 0), prims.mul(prims.expm1(inner), negcoef), positive)
 
 
-@activation(dispatch("elu_cpu", FLOATS), scalars={"alpha": COMPUTATION})
+@activation(DEFAULT, numbers={"alpha": COMPUTATION}, checks=[dispatch("elu_cpu", FLOATS)],
+            writes="input", inplace=True)
 def elu(input, alpha=1.0):
     """x > 0 ? x : alpha * (exp(x) - 1), with expm1."""
     return _elu(input, alpha)
 
 
-@activation(dispatch("elu_cpu", FLOATS))
+@activation(DEFAULT, checks=[dispatch("elu_cpu", FLOATS)], writes="input", inplace=True)
 def selu(input):
     """scale * elu(x, alpha) with the self-normalizing constants."""
     negcoef = scalar_to(scalar_to(SELU_ALPHA, input.dtype) * scalar_to(SELU_SCALE, input.dtype),
@@ -151,7 +172,8 @@ def _alpha_not_zero(input, alpha):
         raise RuntimeError("ZeroDivisionError: alpha cannot be 0 for CELU")
 
 
-@activation(dispatch("elu_cpu", FLOATS), scalars={"alpha": RAW}, precheck=_alpha_not_zero)
+@activation(DEFAULT, numbers={"alpha": RAW},
+            checks=[_alpha_not_zero, dispatch("elu_cpu", FLOATS)], writes="input", inplace=True)
 def celu(input, alpha=1.0):
     """max(0, x) + min(0, alpha * (exp(x / alpha) - 1)): elu with input scale 1 / alpha."""
     inverse = scalar_to(1.0 / _real(alpha), input.dtype)
@@ -171,8 +193,8 @@ def _approximate_known(input, approximate):
         raise RuntimeError("approximate argument must be either none or tanh.")
 
 
-@activation(dispatch("GeluKernelImpl", FLOATS), inplace=False, out=STRUCTURED_OUT,
-            precheck=_approximate_known)
+@activation(DEFAULT,
+            checks=[_approximate_known, STRUCTURED_OUT, dispatch("GeluKernelImpl", FLOATS)])
 def gelu(input, *, approximate="none"):
     """x * Phi(x): 0.5 * x * (1 + erf(x / sqrt(2))), or with tanh:
     0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x**3)))."""
@@ -184,20 +206,21 @@ def gelu(input, *, approximate="none"):
     return prims.mul(prims.mul(x, 0.5), prims.add(prims.erf(prims.mul(x, SQRT1_2)), 1))
 
 
-@activation(dispatch("silu_cpu", (*FLOATS, *dtypes.COMPLEXES)))
+@activation(DEFAULT, checks=[dispatch("silu_cpu", (*FLOATS, *dtypes.COMPLEXES))],
+            writes="input")
 def silu(input):
     """x * sigmoid(x), as eager computes it: x / (1 + exp(-x))."""
     return prims.div(input, prims.add(prims.exp(prims.neg(input)), 1))
 
 
-@activation(dispatch("mish_cpu", FLOATS))
+@activation(DEFAULT, checks=[dispatch("mish_cpu", FLOATS)], writes="input")
 def mish(input):
     """x * tanh(softplus(x)), softplus as log1p(exp(x)) (no threshold)."""
     return prims.mul(input, prims.tanh(prims.log1p(prims.exp(input))))
 
 
-@activation(dispatch("softplus_cpu", FLOATS), scalars={"beta": COMPUTATION, "threshold": COMPUTATION},
-            inplace=False, out=STRUCTURED_OUT)
+@activation(DEFAULT, numbers={"beta": COMPUTATION, "threshold": COMPUTATION},
+            checks=[STRUCTURED_OUT, dispatch("softplus_cpu", FLOATS)])
 def softplus(input, beta=1, threshold=20):
     """log(1 + exp(beta * x)) / beta, reverting to x where beta * x > threshold."""
     scaled = prims.mul(input, beta)
@@ -205,9 +228,9 @@ def softplus(input, beta=1, threshold=20):
     return prims.where(prims.gt(scaled, threshold), input, smooth)
 
 
-@activation(dispatch("log_sigmoid_cpu", FLOATS), inplace=False,
-            out="expected scalar type {expected} but found {found}", out_after_dispatch=True,
-            aten="log_sigmoid")
+@activation(DEFAULT, name="log_sigmoid", checks=[  # F.logsigmoid is the C++ log_sigmoid
+    dispatch("log_sigmoid_cpu", FLOATS),
+    exact_out("expected scalar type {expected} but found {found}")])
 def logsigmoid(input):
     """log(sigmoid(x)), stable for large |x|: min(x, 0) - log1p(exp(-|x|))."""
     return prims.sub(prims.minimum(input, constant(0, input)),
@@ -215,20 +238,21 @@ def logsigmoid(input):
 
 
 # --- hard: hardsigmoid, hardswish --------------------------------------------------------------
-@activation(dispatch("hardsigmoid_cpu", FLOATS))
+@activation(DEFAULT, checks=[dispatch("hardsigmoid_cpu", FLOATS)], writes="input")
 def hardsigmoid(input):
     """min(max(x + 3, 0), 6) / 6."""
     return prims.div(_clamp(prims.add(input, 3), 0, 6), 6)
 
 
-@activation(dispatch("hardswish_cpu", FLOATS))
+@activation(DEFAULT, checks=[dispatch("hardswish_cpu", FLOATS)], writes="input")
 def hardswish(input):
     """x * min(max(x + 3, 0), 6) / 6."""
     return prims.div(prims.mul(input, _clamp(prims.add(input, 3), 0, 6)), 6)
 
 
 # --- shrinkage: softshrink, hardshrink, tanhshrink -------------------------------------------
-def _lambd_in_range(dtype, input, lambd):
+def _lambd_in_range(input, lambd):
+    dtype = input.dtype
     high, value = torch.finfo(dtype).max, _real(lambd)
     if not 0 <= value <= high:
         found = int(value) if isinstance(concrete(lambd), (bool, int)) else f"{value:g}"
@@ -236,8 +260,8 @@ def _lambd_in_range(dtype, input, lambd):
                            f"{dtypes.scalar_type_name(dtype)}, but found {found}")
 
 
-@activation(dispatch("softshrink_check", FLOATS), scalars={"lambd": COMPUTATION}, inplace=False,
-            out=STRUCTURED_OUT, out_after_dispatch=True, check=_lambd_in_range)
+@activation(DEFAULT, numbers={"lambd": COMPUTATION},
+            checks=[dispatch("softshrink_check", FLOATS), _lambd_in_range, STRUCTURED_OUT])
 def softshrink(input, lambd=0.5):
     """x - lambd above lambd, x + lambd below -lambd, else 0 (x * 0: NaN stays NaN)."""
     x = input
@@ -245,29 +269,30 @@ def softshrink(input, lambd=0.5):
     return prims.where(prims.gt(x, lambd), prims.sub(x, lambd), inner)
 
 
-@activation(dispatch("hardshrink_cpu", FLOATS), scalars={"lambd": INPUT}, inplace=False,
-            out=STRUCTURED_OUT)
+@activation(DEFAULT, numbers={"lambd": INPUT},
+            checks=[STRUCTURED_OUT, dispatch("hardshrink_cpu", FLOATS)])
 def hardshrink(input, lambd=0.5):
     """0 where -lambd <= x <= lambd, else x; lambd is rounded to the input's dtype."""
     inside = prims.bitwise_and(prims.ge(input, -lambd), prims.le(input, lambd))
     return prims.where(inside, 0, input)
 
 
-def _no_bool_subtraction(dtype):
-    if dtype is torch.bool:
+def _no_bool_subtraction(input):
+    if input.dtype is torch.bool:
         raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. "
                            "If you are trying to invert a mask, use the `~` or `logical_not()` "
                            "operator instead.")
 
 
-@activation(_no_bool_subtraction, kind=INT_TO_FLOAT, inplace=False, method="tanh")
+@activation(INT_TO_FLOAT, prechecks=[method_of_input("tanh")], checks=[_no_bool_subtraction],
+            writes=None)
 def tanhshrink(input):
     """x - tanh(x) (eager: input - input.tanh(), two kernels; here rounded once)."""
     return prims.sub(input, prims.tanh(input))
 
 
 # --- softsign, tanh, sigmoid: F's one-line Python definitions ----------------------------------
-@ref(module=MODULE)
+@ref(module=MODULE, promote=("input",), type_promotion_kind=INT_TO_FLOAT)
 def softsign(input):
     """input / (input.abs() + 1), as F writes it: |input| + 1 is computed and rounded in
     the input's dtype (integers wrap: softsign(int8 -128) = -128 / -127), then a true
@@ -282,20 +307,14 @@ def softsign(input):
     return maybe_convert(quotient, result)
 
 
-softsign.promote, softsign.type_promotion_kind = ("input",), INT_TO_FLOAT
-
-
-def _every_dtype(dtype):
-    """Tensor.tanh and Tensor.sigmoid take every dtype (bool and integers as floats)."""
-
-
-@activation(_every_dtype, kind=INT_TO_FLOAT, inplace=False, method="tanh")
+# Tensor.tanh and Tensor.sigmoid take every dtype (bool and integers as floats)
+@activation(INT_TO_FLOAT, prechecks=[method_of_input("tanh")], writes=None)
 def tanh(input):
     """input.tanh()."""
     return prims.tanh(input)
 
 
-@activation(_every_dtype, kind=INT_TO_FLOAT, inplace=False, method="sigmoid")
+@activation(INT_TO_FLOAT, prechecks=[method_of_input("sigmoid")], writes=None)
 def sigmoid(input):
     """input.sigmoid()."""
     return prims.sigmoid(input)
@@ -322,7 +341,7 @@ def _prelu_slope(input, weight):
     if weight.ndim > 1:
         raise RuntimeError(f"prelu: Expected `weight` to be a scalar or 1D tensor, but got: "
                            f"ndim = {weight.ndim}")
-    dispatch("prelu_cpu", FLOATS)(input.dtype)
+    dispatch("prelu_cpu", FLOATS)(input)
     if weight.ndim == 0:
         return weight
     if input.ndim == 0:
@@ -331,7 +350,11 @@ def _prelu_slope(input, weight):
     return prims.broadcast_in_dim(weight, tuple(input.shape), (1 if input.ndim > 1 else 0,))
 
 
-@ref(module=MODULE)
+def _prelu_declines(input, weight) -> bool:
+    return is_tensor(input) and is_tensor(weight) and input.ndim == 0 and weight.ndim == 1
+
+
+@ref(module=MODULE, declines=_prelu_declines)
 def prelu(input, weight):
     """x where x > 0, else weight * x, with one weight per channel (dim 1 of input); input
     and weight must share a float dtype (no promotion)."""
@@ -341,19 +364,4 @@ def prelu(input, weight):
     return maybe_convert(prims.where(prims.gt(x, 0), x, prims.mul(slope, x)), input.dtype)
 
 
-def _prelu_declines(input, weight) -> bool:
-    return is_tensor(input) and is_tensor(weight) and input.ndim == 0 and weight.ndim == 1
-
-
-prelu.declines = _prelu_declines
-
-
-# --- the in-place functions of torch.nn.functional --------------------------------------------
-relu_ = inplace_of(relu)
-elu_ = inplace_of(elu)
-leaky_relu_ = inplace_of(leaky_relu)
-hardtanh_ = inplace_of(hardtanh)  # the C++ op: min_val > max_val clamps all to max_val
-threshold_ = inplace_of(threshold)
-rrelu_ = inplace_of(rrelu)
-celu_ = inplace_of(celu)
-selu_ = inplace_of(selu)
+__all__ = exports(globals(), MODULE)
