@@ -7,7 +7,7 @@ copy, and so do these refs: ``x.to(x.dtype) is x``, ``x.float() is x`` for a flo
 copy in another memory format is a new tensor of that layout written with
 ``prims.copy_to``, which is how eager makes it.
 
-Device changes are declined (``sym.declines``): the tracer leaves them to torch as opaque
+Device changes are declined (``@ref(declines=...)``): the tracer leaves them to torch as opaque
 nodes.
 
 The dtype methods are named ``float``, ``int``, ``bool``...: they are made from a table at
@@ -20,7 +20,7 @@ import builtins
 import torch
 
 from primtrace import dtypes, prims
-from primtrace.refs.core import is_tensor, maybe_convert, ref
+from primtrace.refs.core import exports, is_tensor, maybe_convert, ref
 from primtrace.ir.strides import dense_strides
 from primtrace.refs.creation import CHANNELS_LAST_ORDERS, PYTHON_DTYPES, as_dtype, new_in_format
 
@@ -31,8 +31,6 @@ DTYPE_METHODS = {
     "char": torch.int8, "byte": torch.uint8, "bool": torch.bool, "chalf": torch.complex32,
     "cfloat": torch.complex64, "cdouble": torch.complex128,
 }
-
-__all__ = ["to", "type_as", "clone", "contiguous", *DTYPE_METHODS]
 
 
 # --- layouts ------------------------------------------------------------------------------------
@@ -110,7 +108,17 @@ def _same_device(device, input) -> builtins.bool:
                               and device.index in (None, input.device.index))
 
 
-@ref
+def _to_declines(input, *args, **kwargs) -> builtins.bool:
+    try:
+        device = to_arguments(args, kwargs)[0]
+    except NotImplementedError:
+        return True
+    except TypeError:
+        return False  # the ref raises eager's error
+    return not _same_device(device, input)
+
+
+@ref(declines=_to_declines)
 def to(input, *args, **kwargs):
     """Tensor.to(dtype), to(device, dtype), to(other): a converted copy, or input itself when
     dtype, device and (unless preserve_format) memory format already match and copy=False."""
@@ -125,20 +133,11 @@ def to(input, *args, **kwargs):
     return copy_as(input, dtype, memory_format)
 
 
-def _to_declines(input, *args, **kwargs) -> builtins.bool:
-    try:
-        device = to_arguments(args, kwargs)[0]
-    except NotImplementedError:
-        return True
-    except TypeError:
-        return False  # the ref raises eager's error
-    return not _same_device(device, input)
+def _type_as_declines(input, other) -> builtins.bool:
+    return is_tensor(input) and is_tensor(other) and other.device != input.device
 
 
-to.declines = _to_declines
-
-
-@ref
+@ref(declines=_type_as_declines)
 def type_as(input, other):
     """input.to(other.dtype), on input's device (other's device change is declined)."""
     _require_tensor("type_as", input, "self")
@@ -146,13 +145,6 @@ def type_as(input, other):
     if other.device != input.device:
         raise NotImplementedError("primtrace: type_as across devices has no ref; torch makes it")
     return to(input, other.dtype)
-
-
-def _type_as_declines(input, other) -> builtins.bool:
-    return is_tensor(input) and is_tensor(other) and other.device != input.device
-
-
-type_as.declines = _type_as_declines
 
 
 # --- clone, contiguous --------------------------------------------------------------------------
@@ -183,3 +175,5 @@ def _dtype_method(name, dtype):
 
 
 globals().update({name: _dtype_method(name, dtype) for name, dtype in DTYPE_METHODS.items()})
+
+__all__ = exports(globals())

@@ -8,7 +8,7 @@ spell out is eager's dtype inference, its size parsing and its checks. A fill va
 a runtime number while tracing stays one: its overflow check is a guard node
 (``prims.check_fits``), not a read of its value.
 
-What a trace cannot express is declined (``sym.declines``): the tracer then leaves the call
+What a trace cannot express is declined (``@ref(declines=...)``): the tracer then leaves the call
 to torch as an opaque node. That is ``requires_grad=True`` (an autograd leaf), pinned
 memory, non-strided layouts and another device than the input's. torch.linspace/logspace
 are not here: eager's CPU kernel evaluates whole SIMD chunks with one of its two formulas
@@ -27,11 +27,7 @@ import torch
 from primtrace import dtypes, prims
 from primtrace.ir.strides import contiguous_strides, dense_strides
 from primtrace.ir.trace import current_trace
-from primtrace.refs.core import is_number, is_tensor, maybe_convert, ref
-
-__all__ = ["full", "zeros", "ones", "empty", "full_like", "zeros_like", "ones_like",
-           "empty_like", "new_full", "new_zeros", "new_ones", "new_empty", "scalar_tensor",
-           "arange"]
+from primtrace.refs.core import exports, is_number, is_tensor, maybe_convert, ref
 
 #: the value each factory fills with (empty's values are undefined: zeros are as good as any)
 FILLS = {"zeros": 0, "ones": 1, "empty": 0}
@@ -194,7 +190,7 @@ def _write_out(out, shape, value):
 
 
 # --- full, zeros, ones, empty -------------------------------------------------------------------
-@ref
+@ref(declines=_declines)
 def full(size, fill_value, *, out=None, dtype=None, layout=None, device=None, pin_memory=False,
          requires_grad=False):
     """A new tensor of `size` filled with `fill_value`; without dtype=, the value's Python type
@@ -223,13 +219,13 @@ def _filled_factory(name, value):
     factory.__name__ = factory.__qualname__ = name
     factory.__doc__ = (f"torch.{name}(*size): full(size, {value}) in the default dtype"
                        + (" (values undefined in eager)." if name == "empty" else "."))
-    return ref(factory)
+    return ref(factory, declines=_declines)
 
 
 zeros, ones, empty = (_filled_factory(name, FILLS[name]) for name in ("zeros", "ones", "empty"))
 
 
-@ref
+@ref(declines=_declines)
 def scalar_tensor(s, *, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False):
     """A 0-dim tensor holding `s`, in the default dtype whatever the number's type. A half
     type is filled through float32: only float32's range is checked (7e4 becomes inf)."""
@@ -274,7 +270,7 @@ def _like_declines(input, *args, device=None, **kwargs) -> bool:
     return other_device or _untraceable(**kwargs) is not None
 
 
-@ref
+@ref(declines=_like_declines)
 def full_like(input, fill_value, *, dtype=None, layout=None, device=None, pin_memory=False,
               requires_grad=False, memory_format=torch.preserve_format):
     """full with input's shape, dtype (unless dtype=) and memory order; the value converts to
@@ -294,7 +290,7 @@ def _like_factory(name, value):
         return like(name, input, value, dtype, memory_format)
     factory.__name__ = factory.__qualname__ = name
     factory.__doc__ = f"full_like(input, {value})."
-    return ref(factory)
+    return ref(factory, declines=_like_declines)
 
 
 zeros_like, ones_like, empty_like = (_like_factory(f"{name}_like", FILLS[name])
@@ -302,7 +298,7 @@ zeros_like, ones_like, empty_like = (_like_factory(f"{name}_like", FILLS[name])
 
 
 # --- Tensor.new_*: self's dtype and device, a new contiguous shape ------------------------------
-@ref
+@ref(declines=_declines)
 def new_full(self, size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=False,
              requires_grad=False):
     """Tensor.new_full: full(size, fill_value) with self's dtype and device by default."""
@@ -321,16 +317,11 @@ def _new_factory(name, value):
         return filled(shape, value, dtype or self.dtype, device_of(device or self.device))
     factory.__name__ = factory.__qualname__ = name
     factory.__doc__ = f"Tensor.{name}(*size): new_full(size, {value})."
-    return ref(factory)
+    return ref(factory, declines=_declines)
 
 
 new_zeros, new_ones, new_empty = (_new_factory(f"new_{name}", FILLS[name])
                                   for name in ("zeros", "ones", "empty"))
-
-for _sym in (full, zeros, ones, empty, scalar_tensor, new_full, new_zeros, new_ones, new_empty):
-    _sym.declines = _declines
-for _sym in (full_like, zeros_like, ones_like, empty_like):
-    _sym.declines = _like_declines
 
 
 # --- arange -----------------------------------------------------------------------------------
@@ -402,7 +393,7 @@ def _positions(shape, device):
     return total
 
 
-@ref
+@ref(declines=_declines)
 def arange(start=None, end=None, step=1, *, out=None, dtype=None, layout=None, device=None,
            pin_memory=False, requires_grad=False):
     """start, start + step, ... below end (above it for a negative step).
@@ -453,4 +444,4 @@ def arange(start=None, end=None, step=1, *, out=None, dtype=None, layout=None, d
     return values if out is None else prims.copy_to(out, values)
 
 
-arange.declines = _declines
+__all__ = exports(globals())

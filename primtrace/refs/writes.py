@@ -19,11 +19,10 @@ import torch
 
 from primtrace import prims
 from primtrace.ir.proxy import is_real_tensor
-from primtrace.refs.core import broadcast, broadcast_shapes, is_number, is_tensor, maybe_convert, ref
+from primtrace.refs.core import (broadcast, broadcast_shapes, exports, is_number, is_tensor,
+                                 maybe_convert, ref)
 from primtrace.refs.creation import PYTHON_DTYPES, as_nodes, filled, like
 from primtrace.refs.out import check_overlap
-
-__all__ = ["copy_", "fill_", "zero_", "fill"]
 
 COMPLEX_TO_REAL = "Casting complex values to real discards the imaginary part"
 
@@ -65,7 +64,16 @@ def _same_data(self, other) -> bool:
             and self.is_neg() == other.is_neg())
 
 
-@ref
+def _across_devices(self, other) -> bool:
+    """A transfer between devices (a 0-dim CPU source is a scalar, as for every prim)."""
+    return other.device != self.device and not (other.ndim == 0 and other.device.type == "cpu")
+
+
+def _copy_declines(self, other, non_blocking=False) -> bool:
+    return is_tensor(self) and is_tensor(other) and _across_devices(self, other)
+
+
+@ref(declines=_copy_declines)
 def copy_(self, other, non_blocking=False):
     """Write `other` into self, cast to self's dtype (any pair of dtypes) and broadcast to
     self's shape; returns self. A Python number is a wrapped scalar (cast without an overflow
@@ -89,18 +97,6 @@ def copy_(self, other, non_blocking=False):
     return prims.copy_to(self, broadcast(cast_like_copy(other, self.dtype), shape))
 
 
-def _across_devices(self, other) -> bool:
-    """A transfer between devices (a 0-dim CPU source is a scalar, as for every prim)."""
-    return other.device != self.device and not (other.ndim == 0 and other.device.type == "cpu")
-
-
-def _copy_declines(self, other, non_blocking=False) -> bool:
-    return is_tensor(self) and is_tensor(other) and _across_devices(self, other)
-
-
-copy_.declines = _copy_declines
-
-
 def _fill_value(name, value):
     """fill_'s value: a number, or a 0-dim tensor."""
     if is_tensor(value):
@@ -118,7 +114,11 @@ def _aliases(a, b) -> bool:
             and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr())
 
 
-@ref
+def _fill_declines(self, value) -> bool:
+    return is_tensor(self) and is_tensor(value) and _across_devices(self, value)
+
+
+@ref(declines=_fill_declines)
 def fill_(self, value):
     """Set every element of self to `value`; returns self. A number must convert to self's
     dtype without overflow (300 into uint8 is an error, 2.7 into int32 is 2); a 0-dim tensor
@@ -151,8 +151,4 @@ def fill(input, value):
     return like("fill", input, value, None, None)
 
 
-def _fill_declines(self, value) -> bool:
-    return is_tensor(self) and is_tensor(value) and _across_devices(self, value)
-
-
-fill_.declines = _fill_declines
+__all__ = exports(globals())
