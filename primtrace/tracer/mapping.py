@@ -4,8 +4,8 @@ Nothing here lists refs. A torch callable is named ``(namespace, name)`` (``torc
 ``("torch", "add")``, ``Tensor.__radd__`` -> ``("Tensor", "__radd__")``), and the ref of
 that name is looked up in ``primtrace.refs`` (``refs.special``, ``refs.nn.functional`` for
 those namespaces) at trace time, so refs that other modules add later are picked up without
-touching the tracer. Operators, reflected operators, in-place methods and a few torch
-aliases are name rewrites on top of that.
+touching the tracer. Operators, reflected operators and in-place methods are name rewrites
+on top of that; torch's aliases are refs of those names (``refs.subtract``).
 """
 from __future__ import annotations
 
@@ -49,18 +49,13 @@ OPERATORS = {
     "invert": "invert",  # refs.invert: bitwise_not after the TypeError eager's ~ raises first
 }
 
-#: torch spellings whose ref may live under another name (tried after the name itself).
+#: torch names that are not ref names, tried after the name itself. torch's aliases are not
+#: here: the refs declare them (``aliases=``, or a module-level name such as special.expit), so
+#: they are found by name. What remains is torch's naming, which no ref should copy:
 ALIASES = {
-    "divide": ("div", "true_divide"), "div": ("true_divide",), "true_divide": ("div",),
-    "multiply": ("mul",), "subtract": ("sub",), "absolute": ("abs",), "negative": ("neg",),
-    "clip": ("clamp",), "greater": ("gt",), "greater_equal": ("ge",), "less": ("lt",),
-    "less_equal": ("le",), "not_equal": ("ne",), "fix": ("trunc",),
-    "arcsin": ("asin",), "arccos": ("acos",), "arctan": ("atan",), "arctan2": ("atan2",),
-    "arcsinh": ("asinh",), "arccosh": ("acosh",), "arctanh": ("atanh",),
-    "expit": ("sigmoid",), "psi": ("digamma",), "gammaln": ("lgamma",),
-    "floor_divide": ("floor_div",), "bitwise_left_shift": ("shift_left",),
-    "bitwise_right_shift": ("shift_right",),
-    "_threshold": ("threshold",),  # F.threshold is the function F._threshold
+    # F.threshold is the object F._threshold, and the name table names a callable by its first
+    # name in dir() order; a private name is not a ref's
+    "_threshold": ("threshold",),
 }
 
 #: Tensor methods whose torch function takes self second: x.polygamma(n) is torch.polygamma(n, x).
