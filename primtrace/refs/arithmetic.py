@@ -10,7 +10,7 @@ import torch
 
 from primtrace import dtypes, prims
 from primtrace.refs.checks import not_both_numbers, require_tensor, without_complex32
-from primtrace.refs.core import (elementwise, exports, inplace_variant, is_number, is_tensor,
+from primtrace.refs.core import (elementwise, exports, is_number, is_tensor,
                                  maybe_convert, ref, to_tensor)
 from primtrace.refs.out import copy_to_self
 from primtrace.refs.promotion import DEFAULT, INT_TO_FLOAT
@@ -36,17 +36,12 @@ def _scaled(b, alpha, like):
     return prims.mul(b, alpha)
 
 
-@elementwise(DEFAULT, ("input", "other"), scalars="all")
+@elementwise(DEFAULT, ("input", "other"), scalars="all", inplace=True)
 def add(input, other, *, alpha=None):
     """input + alpha * other"""
     if alpha is not None:
         other = _scaled(other, alpha, input if is_tensor(input) else other)
     return prims.add(input, other)
-
-
-# README.md quotes add's definition above verbatim (tests/test_readme.py), so its in-place ref
-# is made here by the function the decorator's inplace=True calls
-add_ = inplace_variant(add)
 
 
 def _no_bool(input, other):
