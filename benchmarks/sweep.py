@@ -27,6 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import primtrace  # noqa: E402
 from fusion import bench, compiled  # noqa: E402
+from primtrace.executors.numba import NumbaFusionExecutor  # noqa: E402
 
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
@@ -79,7 +80,7 @@ def measure(fn, args, contenders: dict, rounds: int, seconds: float) -> dict:
             for name, r in ratios.items()}
 
 
-def run(cases, dtypes, sizes, use_compile, rounds, seconds) -> list[dict]:
+def run(cases, dtypes, sizes, use_compile, rounds, seconds, fuse_all=False) -> list[dict]:
     rows = []
     g = torch.Generator().manual_seed(0)
     for case in cases:
@@ -89,6 +90,9 @@ def run(cases, dtypes, sizes, use_compile, rounds, seconds) -> list[dict]:
                 n = 1 << k
                 args = [_operand(kind, n, DTYPES[dname], g) for kind in kinds]
                 contenders = {"eager": fn, "jit": primtrace.jit(fn)}
+                if fuse_all:   # every region fused: what the cost model chooses between
+                    contenders["fused"] = primtrace.jit(fn, executors=[
+                        NumbaFusionExecutor(cost_model=False)])
                 if use_compile:
                     torch._dynamo.reset()
                     contenders["compile"] = compiled(fn)
@@ -143,6 +147,8 @@ def main():
     ap.add_argument("--dtypes", default="f32,f16,bf16")
     ap.add_argument("--sizes", default="16,20,24", help="log2 of the element counts")
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--fuse-all", action="store_true",
+                    help="also time jit with every region fused (NumbaFusionExecutor(cost_model=False))")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--time", type=float, default=0.15, help="seconds per contender per round")
     ap.add_argument("--json", help="also write the rows here")
@@ -150,11 +156,14 @@ def main():
     cases = [c for c in CASES if c in args.cases.split(";")]
     dtypes, sizes = args.dtypes.split(","), [int(s) for s in args.sizes.split(",")]
     warnings.simplefilter("ignore", primtrace.OpaqueOpWarning)
-    rows = run(cases, dtypes, sizes, not args.no_compile, args.rounds, args.time)
+    rows = run(cases, dtypes, sizes, not args.no_compile, args.rounds, args.time, args.fuse_all)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; median of "
           f"{args.rounds} interleaved rounds; ratios to eager (lower is better, bold > 1.1)\n")
     print("primtrace.jit / eager\n")
     print(table(rows, "jit/eager", dtypes, sizes))
+    if args.fuse_all:
+        print("\njit, every region fused / eager\n")
+        print(table(rows, "fused/eager", dtypes, sizes))
     if not args.no_compile:
         print("\ntorch.compile / eager\n")
         print(table(rows, "compile/eager", dtypes, sizes))
