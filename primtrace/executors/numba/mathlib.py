@@ -91,8 +91,37 @@ def _helper_cache_class():
     class HelperCache(FunctionCache):
         _impl_class = HelperCacheImpl
 
+        def _index_key(self, sig, codegen):
+            # Numba hashes a pickle of the closure, where a jitted function or intrinsic
+            # stands with a per-process id: a helper a factory made would never be found
+            # again. The fingerprint covers the sources, so the closure's stable shape is
+            # enough to tell apart the helpers one factory made.
+            key = super()._index_key(sig, codegen)
+            try:
+                return key[:2] + ((key[2][0], _closure_key(self._py_func)),)
+            except Exception:      # something unpicklable: Numba's own key
+                return key
+
     _HELPER_CACHE = HelperCache
     return HelperCache
+
+
+def _closure_key(fn) -> str:
+    """A hash of what fn's closure holds that is the same in every process: a jitted
+    function or intrinsic (Numba pickles those with a random id) stands for its Python
+    function, which stands for its name, code and, recursively, its own closure."""
+    import hashlib
+    import pickle
+    import types
+
+    def stable(v, depth=0):
+        v = getattr(v, "py_func", None) or getattr(v, "_defn", None) or v   # jit, intrinsic
+        if isinstance(v, types.FunctionType) and depth < 32:
+            return ("fn", v.__module__, v.__qualname__, v.__code__.co_code,
+                    tuple(stable(c.cell_contents, depth + 1) for c in v.__closure__ or ()))
+        return v
+
+    return hashlib.sha256(pickle.dumps(stable(fn))).hexdigest()
 
 
 def _hardware_f16() -> bool:
