@@ -321,7 +321,7 @@ def test_sqrt_rsqrt_bitwise(dtype):
 def test_two_over_pi_bits():
     """The Payne-Hanek tables come from 2/pi computed with Machin's formula; check its
     first 160 bits against the published expansion."""
-    from primtrace.executors.numba.vmath_trig import two_over_pi_bits
+    from primtrace.executors.numba.vmath.trig import two_over_pi_bits
     assert two_over_pi_bits(160) == 0xA2F9836E4E441529FC2757D1F534DDC0DB629599
 
 

@@ -37,7 +37,7 @@ def _cached(fn):
     Why: the vmath functions take ~0.5 s each to compile; cached, a new kernel in a new
     process inlines them from disk, so its first call costs only the kernel's own compile.
     Numba's own cache would key each helper by its file's timestamp only, and miss changes
-    in the modules it calls (vmath_core, halfbits, runtime): ours lives under
+    in the modules it calls (vmath's, halfbits, runtime): ours lives under
     ``<primtrace cache>/helpers/<fingerprint of all helper sources>``."""
     if isinstance(fn, CPUDispatcher):
         _TO_CACHE.append(fn)       # set up at the end of the module (needs fingerprint())
@@ -266,10 +266,11 @@ def fingerprint() -> str:
     import os
     h = hashlib.sha256()
     here = os.path.dirname(__file__)
-    for fname in sorted(os.listdir(here)):
-        if fname.endswith(".py") and (fname.startswith(("vmath", "halfbits", "mathlib", "runtime"))):
-            with open(os.path.join(here, fname), "rb") as f:
-                h.update(fname.encode() + f.read())
+    names = [f for f in os.listdir(here) if f.startswith(("halfbits", "mathlib", "runtime"))]
+    names += [f"vmath/{f}" for f in os.listdir(os.path.join(here, "vmath"))]   # the package
+    for fname in sorted(f for f in names if f.endswith(".py")):
+        with open(os.path.join(here, fname), "rb") as f:
+            h.update(fname.encode() + f.read())
     return h.hexdigest()[:16]
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from primtrace.executors.numba import vmath_coeffs as C
-from primtrace.executors.numba.vmath_core import (F32, F64, PI, PI_2, PI_4, bits_f32, bits_f64,
+from primtrace.executors.numba.vmath import coeffs as C
+from primtrace.executors.numba.vmath.core import (F32, F64, PI, PI_2, PI_4, bits_f32, bits_f64,
                                                   copysign, f32_bits, f64_bits, fabs, hi_lo,
                                                   pow2i_f32, pow2i_f64, sqrt, two_prod_f32,
                                                   two_prod_f64, two_sum, vjit)

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from primtrace.executors.numba import vmath_coeffs as C
-from primtrace.executors.numba.vmath_core import (F32, F64, bits_f32, bits_f64, copysign,
-                                                  div_dd_f32, div_dd_f64, f32_bits, f64_bits,
-                                                  fabs, ldexp_f32, ldexp_f64, two_prod_f32,
-                                                  two_prod_f64, two_sum, vjit)
-from primtrace.executors.numba.vmath_exp_log import exp_core_f64, exp_dd_f32, exp_dd_f64
+from primtrace.executors.numba.vmath import coeffs as C
+from primtrace.executors.numba.vmath.core import (F32, F64, bits_f32, bits_f64, copysign,
+                                                  div_dd_f32, div_dd_f64, f32_bits, f64_bits, fabs,
+                                                  ldexp_f32, ldexp_f64, two_prod_f32, two_prod_f64,
+                                                  two_sum, vjit)
+from primtrace.executors.numba.vmath.exp_log import exp_core_f64, exp_dd_f32, exp_dd_f64
 
 _ERF32, _ERF64, _ERFC32, _ERFC64 = C.ERF_F32, C.ERF_F64, C.ERFC_F32, C.ERFC_F64
 _K32D, _XMAX32 = F64(C.ERFC_MAP_F32[2]), F32(C.ERFC_MAP_F32[1])

@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from primtrace.executors.numba import vmath_coeffs as C
-from primtrace.executors.numba.vmath_core import (F32, F64, LN2, LOG2E, LOG10_2, INV_LN10,
-                                                  bits_f32, bits_f64, f32_bits, f64_bits,
-                                                  fast_two_sum, hi_lo, ldexp_f32, ldexp_f64,
-                                                  pow2i_f32, pow2i_f64, rint, two_prod_f64,
-                                                  two_sum, vjit)
+from primtrace.executors.numba.vmath import coeffs as C
+from primtrace.executors.numba.vmath.core import (F32, F64, LN2, LOG2E, LOG10_2, INV_LN10, bits_f32,
+                                                  bits_f64, f32_bits, f64_bits, fast_two_sum, hi_lo,
+                                                  ldexp_f32, ldexp_f64, pow2i_f32, pow2i_f64, rint,
+                                                  two_prod_f64, two_sum, vjit)
 
 _INF32, _NAN32 = F32(np.inf), F32(np.nan)
 _INF64, _NAN64 = F64(np.inf), F64(np.nan)

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from primtrace.executors.numba import vmath_coeffs as C
-from primtrace.executors.numba.vmath_core import (F32, F64, U64, PI_2, PI_4, div_dd_f64, f32_bits,
-                                                  f64_bits, fabs, fast_two_sum, hi_lo,
-                                                  two_prod_f64, two_sum, vjit)
+from primtrace.executors.numba.vmath import coeffs as C
+from primtrace.executors.numba.vmath.core import (F32, F64, U64, PI_2, PI_4, div_dd_f64, f32_bits,
+                                                  f64_bits, fabs, fast_two_sum, hi_lo, two_prod_f64,
+                                                  two_sum, vjit)
 
 
 def _arctan_inv(n, scale):

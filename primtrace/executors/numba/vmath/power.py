@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from primtrace.executors.numba import vmath_coeffs as C
-from primtrace.executors.numba.vmath_core import (F32, F64, LOG2E, bits_f64, f32_bits,
-                                                  f64_bits, fabs, fast_two_sum, hi_lo,
-                                                  ldexp_f64, pow2i_f64, rint, two_prod_f64,
-                                                  two_sum, vjit)
-from primtrace.executors.numba.vmath_exp_log import exp2_core_f64, log_parts_f64
+from primtrace.executors.numba.vmath import coeffs as C
+from primtrace.executors.numba.vmath.core import (F32, F64, LOG2E, bits_f64, f32_bits, f64_bits,
+                                                  fabs, fast_two_sum, hi_lo, ldexp_f64, pow2i_f64,
+                                                  rint, two_prod_f64, two_sum, vjit)
+from primtrace.executors.numba.vmath.exp_log import exp2_core_f64, log_parts_f64
 
 _LOG64, _EXP2_64 = C.LOG_F64, C.EXP2_F64
 _SQRTH64 = np.int64(0x3FE6A09E667F3BCD)

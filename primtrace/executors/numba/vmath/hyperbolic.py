@@ -1,5 +1,5 @@
 """Vectorizable sinh, cosh, tanh, sigmoid, asinh, acosh, atanh (float32 and float64),
-built on the exp/expm1/log1p kernels of ``vmath_exp_log``.
+built on the exp/expm1/log1p kernels of ``vmath.exp_log``.
 
 The exp and expm1 values come as double-word (hi + lo) sums, so the one rounding that
 counts is the last one.
@@ -14,16 +14,15 @@ exp and a one-step corrected division).
 """
 from __future__ import annotations
 
-from primtrace.executors.numba import vmath_coeffs as C
+from primtrace.executors.numba.vmath import coeffs as C
 import numpy as np
 
-from primtrace.executors.numba.vmath_core import (F32, F64, copysign, fabs, ldexp_f32,
-                                                  ldexp_f64, pow2i_f32, pow2i_f64, residual,
-                                                  sqrt, two_prod_f32, two_prod_f64, two_sum,
-                                                  vjit)
-from primtrace.executors.numba.vmath_exp_log import (_exp_parts_f32, _exp_parts_f64,
-                                                     exp_core_dd_f32, exp_core_dd_f64,
-                                                     exp_fast_f32, log1p_dd_f32, log1p_dd_f64)
+from primtrace.executors.numba.vmath.core import (F32, F64, copysign, fabs, ldexp_f32, ldexp_f64,
+                                                  pow2i_f32, pow2i_f64, residual, sqrt,
+                                                  two_prod_f32, two_prod_f64, two_sum, vjit)
+from primtrace.executors.numba.vmath.exp_log import (_exp_parts_f32, _exp_parts_f64,
+                                                     exp_core_dd_f32, exp_core_dd_f64, exp_fast_f32,
+                                                     log1p_dd_f32, log1p_dd_f64)
 
 _SINH32, _SINH64, _TANH32, _TANH64 = C.SINH_F32, C.SINH_F64, C.TANH_F32, C.TANH_F64
 

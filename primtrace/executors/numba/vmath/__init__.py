@@ -3,7 +3,7 @@ generator.
 
 Numba lowers ``math.sin``/``math.exp``/... to scalar libm calls, which stop LLVM from
 vectorizing the loop around them. The functions here use only arithmetic, compares,
-selects and bit casts (see ``vmath_core``), are inlined into the caller by LLVM, and keep
+selects and bit casts (see ``vmath.core``), are inlined into the caller by LLVM, and keep
 the loop vectorizable. float32 variants compute in float32 (16 lanes with AVX-512), except
 in float64 where float32 would need slower double-word arithmetic: the sin/cos/tan kernels
 after the reduction (rounded once: 0.503 ULP), pow, the erfc tail.
@@ -23,21 +23,21 @@ for a lowering that knows the next rounding dominates (an exp feeding 1 + e).
 """
 from __future__ import annotations
 
-from primtrace.executors.numba.vmath_atrig import (acos_f32, acos_f64, asin_f32, asin_f64,
-                                                   atan2_f32, atan2_f64, atan_f32, atan_f64)
-from primtrace.executors.numba.vmath_core import F32, F64, sqrt, vjit
-from primtrace.executors.numba.vmath_erf import erf_f32, erf_f64, erfc_f32, erfc_f64
-from primtrace.executors.numba.vmath_exp_log import (exp2_f32, exp2_f64, exp_f32, exp_f64,
-                                                     exp_fast_f32, exp_fast_f64,
-                                                     expm1_f32, expm1_f64, log1p_f32,
-                                                     log1p_f64, log2_f32, log2_f64,
-                                                     log10_f32, log10_f64, log_f32, log_f64)
-from primtrace.executors.numba.vmath_hyp import (acosh_f32, acosh_f64, asinh_f32, asinh_f64,
-                                                 atanh_f32, atanh_f64, cosh_f32, cosh_f64,
-                                                 sigmoid_f32, sigmoid_f64, sinh_f32, sinh_f64,
-                                                 tanh_f32, tanh_f64)
-from primtrace.executors.numba.vmath_pow import pow_f32, pow_f64
-from primtrace.executors.numba.vmath_trig import (cos_f32, cos_f64, sin_f32, sin_f64, tan_f32,
+from primtrace.executors.numba.vmath.inverse_trig import (acos_f32, acos_f64, asin_f32, asin_f64,
+                                                          atan2_f32, atan2_f64, atan_f32, atan_f64)
+from primtrace.executors.numba.vmath.core import F32, F64, sqrt, vjit
+from primtrace.executors.numba.vmath.erf import erf_f32, erf_f64, erfc_f32, erfc_f64
+from primtrace.executors.numba.vmath.exp_log import (exp2_f32, exp2_f64, exp_f32, exp_f64,
+                                                     exp_fast_f32, exp_fast_f64, expm1_f32,
+                                                     expm1_f64, log1p_f32, log1p_f64, log2_f32,
+                                                     log2_f64, log10_f32, log10_f64, log_f32,
+                                                     log_f64)
+from primtrace.executors.numba.vmath.hyperbolic import (acosh_f32, acosh_f64, asinh_f32, asinh_f64,
+                                                        atanh_f32, atanh_f64, cosh_f32, cosh_f64,
+                                                        sigmoid_f32, sigmoid_f64, sinh_f32,
+                                                        sinh_f64, tanh_f32, tanh_f64)
+from primtrace.executors.numba.vmath.power import pow_f32, pow_f64
+from primtrace.executors.numba.vmath.trig import (cos_f32, cos_f64, sin_f32, sin_f64, tan_f32,
                                                   tan_f64)
 
 
