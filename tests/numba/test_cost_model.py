@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import primtrace
-from primtrace.executors.numba import NumbaFusionExecutor, cpu
+from primtrace.executors.numba import NumbaFusionExecutor, cost, cpu
 
 
 def run(fn, *args, **kw):
@@ -22,6 +22,7 @@ def run(fn, *args, **kw):
     (torch.sigmoid, torch.float32, "torch.sigmoid"),
     (lambda a: torch.clamp(a, -1, 1), torch.float32, "torch.clamp"),
     (lambda a: a.add_(1), torch.float32, "torch.Tensor.add_"),
+    (F.silu, torch.float32, "torch.nn.functional.silu"),       # faster math, eager still wins
 ])
 def test_one_torch_call_below_the_huge_page_size_runs_as_that_call(fn, dtype, call):
     a = torch.randn(4096).to(dtype)
@@ -40,6 +41,30 @@ def test_what_saves_work_still_fuses(fn, args):
     got, nodes = run(fn, *args)
     assert nodes == ["numba_fusion_0"]
     torch.testing.assert_close(got, fn(*args))
+
+
+@pytest.mark.parametrize("fn, dtype", [
+    (torch.exp, torch.float16), (torch.sin, torch.bfloat16), (F.gelu, torch.bfloat16),
+    (torch.sigmoid, torch.float16), (F.silu, torch.bfloat16),
+])
+def test_half_math_eager_computes_faster_runs_in_torch(fn, dtype):
+    a = torch.randn(cost.MIN_HALF_ELEMENTS).to(dtype)
+    got, nodes = run(fn, a)
+    assert len(nodes) == 1 and not nodes[0].startswith("numba_fusion")
+    torch.testing.assert_close(got, fn(a), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("fn", [lambda a: a * 1.5, torch.relu, F.gelu, torch.tanh])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_calls_fuse_from_the_break_even_size(fn, dtype):
+    if fn is F.gelu and dtype is torch.bfloat16:
+        pytest.skip("bf16 erf: eager's is faster")
+    small, big = (torch.randn(n).to(dtype) for n in (cost.MIN_HALF_ELEMENTS // 2,
+                                                        cost.MIN_HALF_ELEMENTS))
+    assert run(fn, small)[1] != ["numba_fusion_0"]
+    got, nodes = run(fn, big)
+    assert nodes == ["numba_fusion_0"]
+    torch.testing.assert_close(got, fn(big))
 
 
 def test_without_the_cost_model_every_region_fuses():

@@ -150,6 +150,19 @@ def _number_type(x) -> type:
 
 
 # --- analysis ---------------------------------------------------------------------------------
+def _rounded_to_half(region) -> set[str]:
+    """Names of the values inside `region` used only by conversions to float16/bfloat16 (a
+    half ref computing in float32 and rounding its result)."""
+    users: dict[str, list] = {}
+    for n in region.nodes:
+        for q in n.inputs:
+            users.setdefault(q.name, []).append(n)
+    returned = {p.name for p in region.outputs}
+    return {name for name, nodes in users.items() if name not in returned and all(
+        n.symbol.name == "convert_element_type" and getattr(DTYPES.get(node_args(n)[1]), "kind", None) == "h"
+        for n in nodes)}
+
+
 class _Analyzer:
     def __init__(self, region, backend: Backend, scalar_devices=("cpu",)):
         self.region, self.backend = region, backend
@@ -170,6 +183,8 @@ class _Analyzer:
         self.consts: dict = {}
         self.temps = 0
         self.half_values: set = set()   # float32 registers holding float16 values
+        self.half_held: set = set()     # ... holding float16 or bfloat16 values
+        self.rounded_to_half = _rounded_to_half(region)
 
     # names
     def fresh(self) -> str:
@@ -278,6 +293,8 @@ class _Analyzer:
         load.var = f"x{len(self.plan.loads)}"
         if p.dtype is torch.float16:
             self.half_values.add(load.var)
+        if DTYPES[p.dtype].kind == "h":
+            self.half_held.add(load.var)
         self.plan.loads.append(load)
         shape_text = dtype_text(p)
         self.plan.summary.append(f"{load.name} = {p.name}: {shape_text}"
@@ -331,6 +348,8 @@ class _Analyzer:
                 self.emit(expr, inv, comment)
             if dtype is torch.float16:
                 self.half_values.add(out)
+            if DTYPES[dtype].kind == "h":
+                self.half_held.add(out)
             return out, dtype, inv
         if name == "where":
             pred, a, b = args
@@ -363,6 +382,11 @@ class _Analyzer:
         if special and dtype is torch.float32 and regs[0] in self.half_values and \
                 lowering.lowerable(self.backend, special, dtype, 1):
             name = special       # |x| <= 65504: a cheaper argument reduction is exact
+        cheaper = lowering.HALF_RESULT.get(name)
+        if cheaper and regs[0] in self.half_held and (
+                DTYPES[out_dtype].kind == "h" or p.name in self.rounded_to_half) and \
+                lowering.lowerable(self.backend, cheaper, dtype, 1):
+            name = cheaper       # the half rounding next hides its extra error
         if name == "pow" and lowering.category(dtype) == "f" and (
                 type(args[1]) in (int, float) or isinstance(args[1], NumberProxy)):
             name = "pow_scalar"   # torch.pow(tensor, number) special-cases some exponents

@@ -42,9 +42,6 @@ _STRUCTURAL = {"convert_element_type", "broadcast_in_dim", "where", "full", "cop
 #: more (AdamW over 8 x 2M-element parameters: 1.07-1.22x torch.compile as one kernel,
 #: 0.99x as one kernel per parameter).
 ORDER_MERGE_MAX_ELEMENTS = 1 << 16
-#: math functions whose vectorized kernels beat eager's on one op alone (benchmarks/sweep.py,
-#: f32 at 2^20: exp 0.40x, tanh 0.45x, sin 0.85x eager); other single calls run in torch
-FASTER_MATH = frozenset({"exp", "tanh", "sin", "cos"})
 _NO_WORK = {"broadcast_in_dim", "full"}
 #: backends, by device type ("cuda" needs numba.cuda, imported only when asked for)
 BACKEND_ENV = "PRIMTRACE_NUMBA_BACKEND"   # "cuda": run CPU tensors through the CUDA backend
@@ -226,23 +223,12 @@ class NumbaFusionExecutor(FusionExecutor):
         return regions
 
     def fuse_single_call(self, region: Region) -> bool:
-        """One torch call (``a * 1.5``, ``F.gelu(x)``) saves no memory pass when fused; the
-        kernel is worth it only where it beats torch's own on the CPU: operands of several
-        dtypes (eager's casting loop does not vectorize), outputs big enough for huge pages
-        (a fresh 8 MiB output costs eager thousands of page faults, see cpu.huge_pages),
-        and math functions ours computes faster (FASTER_MATH)."""
+        """One torch call fuses only where the kernel beats torch's own (numba/cost.py);
+        on CUDA always (eager launches one kernel per call too)."""
         if not self.cost_model or self._backend_for(self._device_of(region)) == "cuda":
             return True
-        tensors = [p for p in (*region.inputs, *region.outputs)
-                   if isinstance(p, TensorProxy) and p.ndim > 0]
-        if len({p.dtype for p in tensors}) > 1:
-            return True
-        written = sum(p.numel() * p.dtype.itemsize for p in region.outputs
-                      if isinstance(p, TensorProxy))
-        from primtrace.executors.numba import cpu
-        if written >= cpu.HUGE_OUTPUT_BYTES:
-            return True
-        return any(n.symbol.name in FASTER_MATH for n in region.nodes)
+        from primtrace.executors.numba import cost, cpu
+        return cost.fuse_single_call(region, cpu.HUGE_OUTPUT_BYTES)
 
     # --- compiling -------------------------------------------------------------------------
     def _device_of(self, region: Region) -> str:
