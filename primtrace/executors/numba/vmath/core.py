@@ -1,11 +1,17 @@
 """Building blocks for the vectorizable math functions: the jit decorator, bit casts,
-exponent-field scaling and error-free arithmetic.
+exponent-field scaling, error-free arithmetic, polynomials, and ``Floats``, the per-dtype
+object every function is written once over.
 
 Everything here lowers to straight-line LLVM IR (arithmetic, compares, selects, bit
 casts), so a loop that calls it stays vectorizable. Rules the vmath modules follow:
 
+* each function is written once, in a factory taking a ``Floats`` (float32 or float64)
+  and returning the jitted function for that dtype; what the factory reads from it (the
+  float type, bit masks, coefficients, thresholds) is a compile-time constant of the
+  closure. Hand-written float32/float64 twins only where the algorithms differ (float32
+  steps computed in float64, say), each saying so;
 * float32 code uses only float32 constants (a Python float literal would promote the
-  expression to float64) and the helpers below;
+  expression to float64): ``F(1.0)`` with ``F`` the dtype's type, or the helpers below;
 * no Python int literal is mixed with uint64 (Numba types that as float64);
 * the functions are compiled with ``fastmath={"contract"}`` only: LLVM may fuse a*b+c into
   an FMA where the CPU has one (every algorithm here is exact with or without that fusion:
@@ -16,6 +22,8 @@ casts), so a loop that calls it stays vectorizable. Rules the vmath modules foll
 * ``error_model="numpy"``: float division must not grow a Python ZeroDivisionError branch.
 """
 from __future__ import annotations
+
+import copy
 
 import numba
 import numpy as np
@@ -34,52 +42,39 @@ U64 = np.uint64
 
 # --------------------------------------------------------------------------- intrinsics
 @intrinsic
-def f32_bits(typingctx, x):
-    """float32 -> its int32 bit pattern (a register bit cast)."""
-    if x != types.float32:
+def float_bits(typingctx, x):
+    """float32 -> its int32 bit pattern, float64 -> its int64 one (a register bit cast)."""
+    if x not in (types.float32, types.float64):
         return None
+    it = types.int32 if x == types.float32 else types.int64
 
     def codegen(context, builder, sig, args):
-        return builder.bitcast(args[0], ir.IntType(32))
-    return types.int32(x), codegen
+        return builder.bitcast(args[0], ir.IntType(it.bitwidth))
+    return it(x), codegen
 
 
-@intrinsic
-def f64_bits(typingctx, x):
-    """float64 -> its int64 bit pattern."""
-    if x != types.float64:
-        return None
+def _bits_to(ft, lt):
+    """An intrinsic: integer (its low ft.bitwidth bits) -> the ft float with that bit
+    pattern (wider integers truncated, narrower ones sign-extended)."""
+    width = ft.bitwidth
 
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(args[0], ir.IntType(64))
-    return types.int64(x), codegen
+    def bits_to(typingctx, i):
+        if not isinstance(i, types.Integer):
+            return None
 
-
-def _int_to(width, flt):
-    def codegen(context, builder, sig, args):
-        v = args[0]
-        if v.type.width > width:
-            v = builder.trunc(v, ir.IntType(width))
-        elif v.type.width < width:
-            v = builder.sext(v, ir.IntType(width))
-        return builder.bitcast(v, flt)
-    return codegen
+        def codegen(context, builder, sig, args):
+            v = args[0]
+            if v.type.width > width:
+                v = builder.trunc(v, ir.IntType(width))
+            elif v.type.width < width:
+                v = builder.sext(v, ir.IntType(width))
+            return builder.bitcast(v, lt)
+        return ft(i), codegen
+    return intrinsic(bits_to)
 
 
-@intrinsic
-def bits_f32(typingctx, i):
-    """Integer (low 32 bits) -> float32 with that bit pattern."""
-    if not isinstance(i, types.Integer):
-        return None
-    return types.float32(i), _int_to(32, ir.FloatType())
-
-
-@intrinsic
-def bits_f64(typingctx, i):
-    """Integer (low 64 bits) -> float64 with that bit pattern."""
-    if not isinstance(i, types.Integer):
-        return None
-    return types.float64(i), _int_to(64, ir.DoubleType())
+bits_f32 = _bits_to(types.float32, ir.FloatType())
+bits_f64 = _bits_to(types.float64, ir.DoubleType())
 
 
 def _unary_llvm(name):
@@ -162,34 +157,6 @@ def copysign(typingctx, x, y):
     return x(x, y), codegen
 
 
-# ------------------------------------------------------------------ exponent-field scaling
-@vjit
-def pow2i_f32(k):
-    """2**k as float32 for integer k in [-126, 127], built in the exponent field."""
-    return bits_f32((k + 127) << 23)
-
-
-@vjit
-def pow2i_f64(k):
-    """2**k as float64 for integer k in [-1022, 1023]."""
-    return bits_f64((k + 1023) << 52)
-
-
-@vjit
-def ldexp_f32(x, k):
-    """x * 2**k for k in [-252, 254]; two factors so the result may overflow to inf or
-    round once into the subnormals, as a true ldexp does."""
-    h = k >> 1
-    return x * pow2i_f32(h) * pow2i_f32(k - h)
-
-
-@vjit
-def ldexp_f64(x, k):
-    """x * 2**k for k in [-2044, 2046] (see ldexp_f32)."""
-    h = k >> 1
-    return x * pow2i_f64(h) * pow2i_f64(k - h)
-
-
 # -------------------------------------------------------------------- error-free arithmetic
 @vjit
 def two_sum(a, b):
@@ -208,51 +175,10 @@ def fast_two_sum(a, b):
 
 
 @vjit
-def split_f64(a):
-    """a == hi + lo with hi holding the top 26 significand bits (a mask, not a multiply,
-    so FMA contraction cannot disturb it)."""
-    hi = bits_f64(f64_bits(a) & np.int64(-134217728))  # clear the low 27 bits
-    return hi, a - hi
-
-
-@vjit
-def split_f32(a):
-    """a == hi + lo with hi holding the top 12 significand bits."""
-    hi = bits_f32(f32_bits(a) & np.int32(-4096))
-    return hi, a - hi
-
-
-@vjit
 def _two_prod_fma(a, b):
     """p + e == a * b exactly (barring underflow): e is the FMA's a*b - p."""
     p = mul_rn(a, b)
     return p, fma(a, b, -p)
-
-
-@vjit
-def _two_prod_dekker_f64(a, b):
-    """p + e == a * b up to 2**-106 relative (Dekker's product on masked splits; exact
-    except the lo*lo term, which is below the second word's own rounding)."""
-    p = a * b
-    ah, al = split_f64(a)
-    bh, bl = split_f64(b)
-    e = ((ah * bh - p) + ah * bl + al * bh) + al * bl
-    return p, e
-
-
-@vjit
-def _two_prod_dekker_f32(a, b):
-    """float32 version of _two_prod_dekker_f64."""
-    p = a * b
-    ah, al = split_f32(a)
-    bh, bl = split_f32(b)
-    e = ((ah * bh - p) + ah * bl + al * bh) + al * bl
-    return p, e
-
-
-#: p + e == a*b (p = fl(a*b)): FMA where the CPU has one, else Dekker's splits.
-two_prod_f64 = _two_prod_fma if HAS_FMA else _two_prod_dekker_f64
-two_prod_f32 = _two_prod_fma if HAS_FMA else _two_prod_dekker_f32
 
 
 def residual(q, d, n):
@@ -265,7 +191,7 @@ def residual(q, d, n):
 def _residual(q, d, n):
     if HAS_FMA:
         return lambda q, d, n: fma(-q, d, n)
-    tp = _two_prod_dekker_f32 if q == types.float32 else _two_prod_dekker_f64
+    tp = (FLOAT32 if q == types.float32 else FLOAT64).two_prod_dekker
 
     def impl(q, d, n):
         p, e = tp(q, d)
@@ -273,23 +199,122 @@ def _residual(q, d, n):
     return impl
 
 
-@vjit
-def div_dd_f32(nh, nl, dh, dl):
-    """(nh + nl) / (dh + dl) to about 0.6 ULP: a quotient and one residual correction
-    (nh - t*dh is exact through two_prod)."""
-    d = dh + dl
-    t = (nh + nl) / d
-    p, pe = two_prod_f32(t, dh)
-    return t + (((nh - p) - pe) + (nl - t * dl)) / d
+# ---------------------------------------------------------------------------- polynomials
+def horner(coeffs):
+    """The polynomial c[0] + x*(c[1] + x*(... + x*c[n-1])) as a jitted function of x,
+    written out (straight-line code, no loop) with the coefficients as constants of their
+    own dtype."""
+    c = tuple(coeffs)
+    expr = f"c[{len(c) - 1}]"
+    for i in range(len(c) - 2, -1, -1):
+        expr = f"c[{i}] + x * ({expr})"
+    namespace = {"c": c}
+    exec(f"def horner(x):\n    return {expr}\n", namespace)
+    return vjit(namespace["horner"])
 
 
-@vjit
-def div_dd_f64(nh, nl, dh, dl):
-    """float64 version of div_dd_f32."""
-    d = dh + dl
-    t = (nh + nl) / d
-    p, pe = two_prod_f64(t, dh)
-    return t + (((nh - p) - pe) + (nl - t * dl)) / d
+# --------------------------------------------------------------------------- per dtype
+class Floats:
+    """One float dtype as the vmath factories see it: its NumPy float and int types, its
+    bit layout and the core helpers made for it. Factories read it in Python, so what the
+    functions they make use of it is a compile-time constant; modules add their own
+    constants with ``with_``."""
+
+    def __init__(self, F, I, mant, split_bits, bits_to):
+        self.F, self.I = F, I
+        self.tag = "f32" if F is F32 else "f64"          # the suffix of public names
+        self.name = np.dtype(F).name
+        self.mant = mant                                  # significand bits stored
+        self.bias = (1 << (8 * np.dtype(F).itemsize - mant - 2)) - 1
+        self.emin = 1 - self.bias                         # smallest normal exponent
+        self.bits_to = bits_to                            # integer -> float bit cast
+        self.split_mask = I(-(1 << split_bits))           # split's hi: clear these bits
+        self.pow2i = self._pow2i()
+        self.ldexp = self._ldexp()
+        self.split = self._split()
+        self.two_prod_dekker = self._two_prod_dekker()
+        #: p + e == a*b (p = fl(a*b)): FMA where the CPU has one, else Dekker's splits.
+        self.two_prod = _two_prod_fma if HAS_FMA else self.two_prod_dekker
+        self.div_dd = self._div_dd()
+
+    def pick(self, for_f32, for_f64):
+        """The value for this dtype of a (float32, float64) pair."""
+        return for_f32 if self.F is F32 else for_f64
+
+    def coeffs(self, name):
+        """Coefficient array ``name`` of vmath.coeffs for this dtype (``EXP`` -> EXP_F32)."""
+        from primtrace.executors.numba.vmath import coeffs
+        return getattr(coeffs, f"{name}_{self.tag.upper()}")
+
+    def with_(self, **fields):
+        """A copy with more fields (a module's constants for this dtype)."""
+        k = copy.copy(self)
+        k.__dict__.update(fields)
+        return k
+
+    def _pow2i(self):
+        bits_to, bias, mant = self.bits_to, self.bias, self.mant
+
+        @vjit
+        def pow2i(k):
+            """2**k for integer k in [emin, emax], built in the exponent field."""
+            return bits_to((k + bias) << mant)
+        return pow2i
+
+    def _ldexp(self):
+        pow2i = self.pow2i
+
+        @vjit
+        def ldexp(x, k):
+            """x * 2**k for k in [2*emin, 2*emax]; two factors so the result may overflow
+            to inf or round once into the subnormals, as a true ldexp does."""
+            h = k >> 1
+            return x * pow2i(h) * pow2i(k - h)
+        return ldexp
+
+    def _split(self):
+        bits_to, mask = self.bits_to, self.split_mask
+
+        @vjit
+        def split(a):
+            """a == hi + lo with hi holding the top 12 (float32) / 26 (float64) significand
+            bits (a mask, not a multiply, so FMA contraction cannot disturb it)."""
+            hi = bits_to(float_bits(a) & mask)
+            return hi, a - hi
+        return split
+
+    def _two_prod_dekker(self):
+        split = self.split
+
+        @vjit
+        def two_prod_dekker(a, b):
+            """p + e == a * b up to 2**-2p relative (Dekker's product on masked splits;
+            exact except the lo*lo term, which is below the second word's own rounding)."""
+            p = a * b
+            ah, al = split(a)
+            bh, bl = split(b)
+            e = ((ah * bh - p) + ah * bl + al * bh) + al * bl
+            return p, e
+        return two_prod_dekker
+
+    def _div_dd(self):
+        two_prod = self.two_prod
+
+        @vjit
+        def div_dd(nh, nl, dh, dl):
+            """(nh + nl) / (dh + dl) to about 0.6 ULP: a quotient and one residual
+            correction (nh - t*dh is exact through two_prod)."""
+            d = dh + dl
+            t = (nh + nl) / d
+            p, pe = two_prod(t, dh)
+            return t + (((nh - p) - pe) + (nl - t * dl)) / d
+        return div_dd
+
+
+FLOAT32 = Floats(F32, np.int32, 23, 12, bits_f32)
+FLOAT64 = Floats(F64, np.int64, 52, 27, bits_f64)
+#: What each vmath module builds its functions for.
+DTYPES = (FLOAT32, FLOAT64)
 
 
 # ----------------------------------------------------------------------- constant helpers
@@ -318,3 +343,10 @@ INV_LN10 = "0.434294481903251827651128918916605082294397006"
 PI = "3.1415926535897932384626433832795028841971694"
 PI_2 = "1.5707963267948966192313216916397514420985847"
 PI_4 = "0.78539816339744830961566084581987572104929235"
+
+# ------------------------------------------------ old names, until every module is generic
+f32_bits = f64_bits = float_bits
+pow2i_f32, pow2i_f64 = FLOAT32.pow2i, FLOAT64.pow2i
+ldexp_f32, ldexp_f64 = FLOAT32.ldexp, FLOAT64.ldexp
+two_prod_f32, two_prod_f64 = FLOAT32.two_prod, FLOAT64.two_prod
+div_dd_f32, div_dd_f64 = FLOAT32.div_dd, FLOAT64.div_dd
