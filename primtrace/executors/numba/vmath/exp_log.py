@@ -17,501 +17,347 @@ Special values (NaN, +-inf, 0, negative arguments, -0.0) are patched with select
 end; the inputs are clamped first so no float->int conversion sees inf (exp and exp_fast
 let NaN through their clamps: it stays NaN through every later operation, saving the
 final select).
+
+Each function is written once, for both dtypes: ``functions(FLOAT32).exp`` is exp_f32.
 """
 from __future__ import annotations
 
+import functools
+from types import SimpleNamespace
+
 import numpy as np
 
-from primtrace.executors.numba.vmath import coeffs as C
-from primtrace.executors.numba.vmath.core import (F32, F64, LN2, LOG2E, LOG10_2, INV_LN10, bits_f32,
-                                                  bits_f64, f32_bits, f64_bits, fast_two_sum, hi_lo,
-                                                  ldexp_f32, ldexp_f64, pow2i_f32, pow2i_f64, rint,
-                                                  two_prod_f64, two_sum, vjit)
-
-_INF32, _NAN32 = F32(np.inf), F32(np.nan)
-_INF64, _NAN64 = F64(np.inf), F64(np.nan)
-
-_LOG2E32 = F32(float.fromhex("0x1.715476p+0"))
-_L2H32, _L2L32 = hi_lo(LN2, F32, 16)
-_LOG2E64 = F64(1.4426950408889634)
-_L2H64, _L2L64 = hi_lo(LN2, F64, 42)
-_LN2_64 = hi_lo(LN2, F64)[0]
-_EXP32, _EXP64 = C.EXP_F32, C.EXP_F64
-_EXP2_32, _EXP2_64 = C.EXP2_F32, C.EXP2_F64
-_LOG32, _LOG64 = C.LOG_F32, C.LOG_F64
+from primtrace.executors.numba.vmath.core import (F32, INV_LN10, LN2, LOG2E, LOG10_2,
+                                                  fast_two_sum, float_bits, hi_lo, horner,
+                                                  rint, two_sum, vjit)
 
 
-# ----------------------------------------------------------------------------------- exp
-@vjit
-def _reduce_ln2_f32(x, kf):
-    """x - kf*ln2 as r + c: x - kf*L2H is exact, c is the rounding error of the second
-    subtraction (kept so expm1 near its k boundaries stays under 1 ULP)."""
-    rh = x - kf * _L2H32
-    rl = kf * _L2L32
-    r = rh - rl
-    return r, (rh - r) - rl
+def _constants(d):
+    """exp/log's constants for dtype d: coefficients, split constants, clamp bounds."""
+    F, pick = d.F, d.pick
+    exp2_coeffs = d.coeffs("EXP2")
+    # log2/log10: hi = f - hfsq with its low bits cleared, so hi times the 12/21-bit head
+    # of the scale constant is exact; the rest is carried in lo and summed last
+    head = pick(12, 21)
+    l2h, l2l = hi_lo(LN2, F, pick(16, 42))
+    ivln2h, ivln2l = hi_lo(LOG2E, F, head)
+    ivln10h, ivln10l = hi_lo(INV_LN10, F, head)
+    lg2h, lg2l = hi_lo(LOG10_2, F, head)
+    return d.with_(
+        log2e=hi_lo(LOG2E, F)[0], ln2=hi_lo(LN2, F)[0], l2h=l2h, l2l=l2l,
+        exp_poly=horner(d.coeffs("EXP")), exp2_poly=horner(exp2_coeffs),
+        exp2_c0=exp2_coeffs[0], exp2_tail_poly=horner(exp2_coeffs[1:]),
+        log_poly=horner(d.coeffs("LOG")),
+        exp_lo=F(pick(-104.0, -746.0)), exp_hi=F(pick(89.0, 709.9)),   # exp's clamps
+        tail_hi=F(pick(90.0, 712.0)),                                    # exp_tail's
+        scale_kmin=pick(-124, -1020),               # scale: subnormal results below this
+        exp2_lo=F(pick(-152.0, -1080.0)), exp2_hi=F(pick(130.0, 1030.0)),
+        expm1_lo=F(pick(-18.0, -40.0)),             # expm1 is -1 below
+        expm1_tmax=pick(64, 512), expm1_kmax=pick(126, 1022),
+        expm1_kbig=d.mant + 1,                      # beyond, -1 no longer matters
+        sqrth=d.I(pick(0x3F3504F3, 0x3FE6A09E667F3BCD)),   # bits of sqrt(1/2)
+        mant_mask=(1 << d.mant) - 1,
+        sub_bits=pick(23, 54),                      # subnormals pre-scaled by 2**sub_bits
+        hilo_mask=d.I(-(1 << pick(12, 32))),
+        ivln2h=ivln2h, ivln2l=ivln2l, ivln10h=ivln10h, ivln10l=ivln10l, lg2h=lg2h, lg2l=lg2l)
 
 
-@vjit
-def _reduce_ln2_f64(x, kf):
-    """float64 version of _reduce_ln2_f32."""
-    rh = x - kf * _L2H64
-    rl = kf * _L2L64
-    r = rh - rl
-    return r, (rh - r) - rl
+def _exp_kernels(K):
+    """The reductions and double-word kernels the exp functions (and sinh, cosh, tanh,
+    sigmoid, erfc, pow) are built from, for the dtype of K."""
+    F, I, pow2i = K.F, K.I, K.pow2i
+    one, lo, tail_hi = F(1.0), K.exp_lo, K.tail_hi
+    log2e, l2h, l2l, ln2, exp_poly = K.log2e, K.l2h, K.l2l, K.ln2, K.exp_poly
+    c0, tail_poly, two_prod = K.exp2_c0, K.exp2_tail_poly, K.two_prod
 
+    @vjit
+    def reduce_ln2(x, kf):
+        """x - kf*ln2 as r + c: x - kf*L2H is exact, c is the rounding error of the second
+        subtraction (kept so expm1 near its k boundaries stays under 1 ULP)."""
+        rh = x - kf * l2h
+        rl = kf * l2l
+        r = rh - rl
+        return r, (rh - r) - rl
 
-@vjit
-def _exp_poly_f32(r):
-    """(e**r - 1 - r) / r**2 for |r| <= ln2/2."""
-    P = _EXP32
-    return P[0] + r * (P[1] + r * (P[2] + r * (P[3] + r * (P[4] + r * P[5]))))
+    @vjit
+    def exp_parts(x):
+        """(r, tail, kf) with e**x = (1 + r + tail) * 2**kf for |x| <= -lo (NaN in, NaN
+        out): tail = r*r*P(r) + c*(1 + r), c the rounding error of r (c alone: 0.1 ULP
+        more)."""
+        kf = rint(x * log2e)
+        r, c = reduce_ln2(x, kf)
+        return r, r * r * exp_poly(r) + (c + c * r), kf
 
+    @vjit
+    def exp_tail(x):
+        """(r, tail, k) with e**x = (1 + r + tail) * 2**k, |r| <= ln2/2 and tail the small
+        rest; x clamped to [lo, tail_hi] (NaN -> lo: callers patch NaN)."""
+        x = x if x > lo else lo
+        x = x if x < tail_hi else tail_hi
+        r, tail, kf = exp_parts(x)
+        return r, tail, I(kf)
 
-@vjit
-def _exp_poly_f64(r):
-    """(e**r - 1 - r) / r**2 for |r| <= ln2/2."""
-    P = _EXP64
-    return P[0] + r * (P[1] + r * (P[2] + r * (P[3] + r * (P[4] + r * (P[5] + r * (
-        P[6] + r * (P[7] + r * (P[8] + r * (P[9] + r * P[10])))))))))
+    @vjit
+    def exp_core(x):
+        """e**x == p * 2**k with p in [0.7, 1.42], one rounding (1 + r exactly as s + e)."""
+        r, tail, k = exp_tail(x)
+        s, e = fast_two_sum(one, r)
+        return s + (e + tail), k
 
+    @vjit
+    def exp_core_dd(x):
+        """e**x == (ph + pl) * 2**k, ph + pl a double-word value (for sinh, cosh)."""
+        r, tail, k = exp_tail(x)
+        ph, e = fast_two_sum(one, r)
+        return ph, e + tail, k
 
-@vjit
-def _exp_parts_f32(x):
-    """(r, tail, kf) with e**x = (1 + r + tail) * 2**kf for |x| <= 104 (NaN in, NaN out):
-    tail = r*r*P(r) + c*(1 + r), c the rounding error of r (c alone: 0.1 ULP more)."""
-    kf = rint(x * _LOG2E32)
-    r, c = _reduce_ln2_f32(x, kf)
-    return r, r * r * _exp_poly_f32(r) + (c + c * r), kf
+    @vjit
+    def exp_dd(x, xl):
+        """e**(x + xl) == (ph + pl) * 2**k for x + xl an unevaluated sum with |xl| small
+        and x - k*L2H exact (erfc's e**-a*a, where x = -(a_hi)**2 is exact)."""
+        x = x if x > lo else lo
+        kf = rint((x + xl) * log2e)
+        rh = x - kf * l2h
+        rl = xl - kf * l2l
+        r = rh + rl
+        c = (rh - r) + rl
+        q = exp_poly(r)
+        ph, e = fast_two_sum(one, r)
+        return ph, e + (r * r * q + c), I(kf)
 
+    @vjit
+    def exp2_core(h, l):
+        """2**(h + l) as (p, k), h + l an unevaluated sum (float64: |h| <= 1100, for
+        pow); the r*c0 term is an exact product so p carries one rounding."""
+        kf = rint(h)
+        rh = h - kf                  # exact
+        r = rh + l
+        c = (rh - r) + l             # rounding error of r, carried to first order
+        q = tail_poly(r)
+        ph, pe = two_prod(r, c0)                # the leading term exactly
+        s, e = fast_two_sum(one, ph)
+        return s + (e + (pe + (r * r * q + c * ln2))), I(kf)
 
-@vjit
-def exp_tail_f32(x):
-    """(r, tail, k) with e**x = (1 + r + tail) * 2**k, |r| <= ln2/2 and tail the small
-    rest; x clamped to [-104, 90] (NaN -> -104: callers patch NaN)."""
-    x = x if x > F32(-104.0) else F32(-104.0)
-    x = x if x < F32(90.0) else F32(90.0)
-    r, tail, kf = _exp_parts_f32(x)
-    return r, tail, np.int32(kf)
-
-
-@vjit
-def exp_core_dd_f32(x):
-    """e**x == (ph + pl) * 2**k, ph + pl a double-word value (for sinh, cosh, sigmoid)."""
-    r, tail, k = exp_tail_f32(x)
-    ph, e = fast_two_sum(F32(1.0), r)
-    return ph, e + tail, k
-
-
-@vjit
-def _exp_parts_f64(x):
-    """float64 version of _exp_parts_f32 (|x| <= 746)."""
-    kf = rint(x * _LOG2E64)
-    r, c = _reduce_ln2_f64(x, kf)
-    return r, r * r * _exp_poly_f64(r) + (c + c * r), kf
-
-
-@vjit
-def exp_tail_f64(x):
-    """(r, tail, k) with e**x = (1 + r + tail) * 2**k, |r| <= ln2/2 and tail the small
-    rest; x clamped to [-746, 712] (NaN -> -746: callers patch NaN)."""
-    x = x if x > F64(-746.0) else F64(-746.0)
-    x = x if x < F64(712.0) else F64(712.0)
-    r, tail, kf = _exp_parts_f64(x)
-    return r, tail, np.int64(kf)
-
-
-@vjit
-def exp_core_f64(x):
-    """e**x == p * 2**k with p in [0.7, 1.42], one rounding (1 + r exactly as s + e)."""
-    r, tail, k = exp_tail_f64(x)
-    s, e = fast_two_sum(F64(1.0), r)
-    return s + (e + tail), k
-
-
-@vjit
-def exp_core_dd_f64(x):
-    """e**x == (ph + pl) * 2**k, ph + pl a double-word value (for sinh, cosh, sigmoid)."""
-    r, tail, k = exp_tail_f64(x)
-    ph, e = fast_two_sum(F64(1.0), r)
-    return ph, e + tail, k
-
-
-@vjit
-def exp_dd_f32(x, xl):
-    """e**(x + xl) == (ph + pl) * 2**k for x + xl an unevaluated sum with |xl| small and
-    x - k*L2H exact (erfc's e**-a*a, where x = -(a_hi)**2 is exact)."""
-    x = x if x > F32(-104.0) else F32(-104.0)
-    kf = rint((x + xl) * _LOG2E32)
-    rh = x - kf * _L2H32
-    rl = xl - kf * _L2L32
-    r = rh + rl
-    c = (rh - r) + rl
-    P = _EXP32
-    q = P[0] + r * (P[1] + r * (P[2] + r * (P[3] + r * (P[4] + r * P[5]))))
-    ph, e = fast_two_sum(F32(1.0), r)
-    return ph, e + (r * r * q + c), np.int32(kf)
-
-
-@vjit
-def exp_dd_f64(x, xl):
-    """float64 version of exp_dd_f32."""
-    x = x if x > F64(-746.0) else F64(-746.0)
-    kf = rint((x + xl) * _LOG2E64)
-    rh = x - kf * _L2H64
-    rl = xl - kf * _L2L64
-    r = rh + rl
-    c = (rh - r) + rl
-    P = _EXP64
-    q = P[0] + r * (P[1] + r * (P[2] + r * (P[3] + r * (P[4] + r * (P[5] + r * (
-        P[6] + r * (P[7] + r * (P[8] + r * (P[9] + r * P[10])))))))))
-    ph, e = fast_two_sum(F64(1.0), r)
-    return ph, e + (r * r * q + c), np.int64(kf)
-
-
-def _make_scale(F, I, pow2i, kmin):
-    """p * 2**k for p in [0.7, 1.42] and k <= emax + 1, as p * 2**(k-1) * 2, whose last
-    factor overflows to inf (no select); subnormal results (k < kmin) as
-    p * 2**(k+63) * 2**-63, rounded twice there (<= 0.75 ULP)."""
-    two, tiny = F(2.0), F(2.0 ** -63)
+    kmin, two, tiny = K.scale_kmin, F(2.0), F(2.0 ** -63)
     up, down = I(63), I(-1)
 
     @vjit
     def scale(p, k):
+        """p * 2**k for p in [0.7, 1.42] and k <= emax + 1, as p * 2**(k-1) * 2, whose
+        last factor overflows to inf (no select); subnormal results (k < kmin) as
+        p * 2**(k+63) * 2**-63, rounded twice there (<= 0.75 ULP)."""
         sub = k < kmin
         return (p * pow2i(k + (up if sub else down))) * (tiny if sub else two)
-    return scale
+
+    return dict(reduce_ln2=reduce_ln2, exp_parts=exp_parts, exp_tail=exp_tail,
+                exp_core=exp_core, exp_core_dd=exp_core_dd, exp_dd=exp_dd,
+                exp2_core=exp2_core, scale=scale)
 
 
-_scale_f32 = _make_scale(F32, np.int32, pow2i_f32, -124)
-_scale_f64 = _make_scale(F64, np.int64, pow2i_f64, -1020)
-
-
-def _make_exp(F, I, parts, scale, lo, hi):
-    """e**x for dtype F: x clamped to [lo, hi] with NaN passing through (so 2**(k-1) is
-    finite and no final NaN select is needed), 1 + r + tail summed with one rounding
-    (1 + r as s + e, exactly), then scaled by 2**k."""
-    one = F(1.0)
+def _exp_functions(K, kern):
+    """exp, exp_fast, exp2, expm1 for the dtype of K."""
+    F, I, pow2i, ldexp = K.F, K.I, K.pow2i, K.ldexp
+    zero, one = F(0.0), F(1.0)
+    lo, hi, log2e, l2h, l2l, poly = K.exp_lo, K.exp_hi, K.log2e, K.l2h, K.l2l, K.exp_poly
+    parts, scale, exp_tail, exp2_core = (kern["exp_parts"], kern["scale"], kern["exp_tail"],
+                                         kern["exp2_core"])
 
     @vjit
     def exp(x):
+        """e**x: x clamped to [lo, hi] with NaN passing through (so 2**(k-1) is finite and
+        no final NaN select is needed), 1 + r + tail summed with one rounding (1 + r as
+        s + e, exactly), then scaled by 2**k. float32: 0.59 ULP; 0.75 for subnormal
+        results."""
         x = F(x)
         xc = hi if x > hi else x
         xc = lo if xc < lo else xc
         r, tail, kf = parts(xc)
         s = one + r
         return scale(s + ((r - (s - one)) + tail), I(kf))
-    return exp
-
-
-exp_f32 = _make_exp(F32, np.int32, _exp_parts_f32, _scale_f32, F32(-104.0), F32(89.0))
-exp_f32.__doc__ = "e**x, float32 (0.59 ULP; 0.75 for subnormal results)."
-exp_f64 = _make_exp(F64, np.int64, _exp_parts_f64, _scale_f64, F64(-746.0), F64(709.9))
-exp_f64.__doc__ = "e**x, float64 (see exp_f32)."
-
-
-def _make_exp_fast(F, I, scale, lo, hi, log2e, l2h, l2l, poly):
-    """e**x within 1 ULP at about 60% of exp's cost: the SLEEF-style shortcut (no
-    reduction-error term, 1 + (r + tail) rounded twice). What eager's silu and sigmoid
-    use inside (torch.exp itself is MKL's, 0.56 ULP, which exp_f32 matches); for
-    contexts where the next operation's rounding dominates anyway."""
-    one = F(1.0)
 
     @vjit
     def exp_fast(x):
+        """e**x within 1 ULP at about 60% of exp's cost: the SLEEF-style shortcut (no
+        reduction-error term, 1 + (r + tail) rounded twice). What eager's silu and sigmoid
+        use inside (torch.exp itself is MKL's, 0.56 ULP, which exp_f32 matches); for
+        contexts where the next operation's rounding dominates anyway."""
         x = F(x)
         xc = hi if x > hi else x                      # NaN passes
         xc = lo if xc < lo else xc
         kf = rint(xc * log2e)
         r = (xc - kf * l2h) - kf * l2l
         return scale(one + (r + r * r * poly(r)), I(kf))
-    return exp_fast
+
+    if K.F is F32:
+        # float32: a plain polynomial is within 1 ULP (float64 needs exp2_core's
+        # double-word sum), and rint(x), x - rint(x) are exact, so integer x gives exact
+        # powers of two
+        exp2_poly = K.exp2_poly
+
+        @vjit
+        def exp2_parts(h):
+            kf = rint(h)
+            r = h - kf
+            return one + r * exp2_poly(r), I(kf)
+    else:
+        @vjit
+        def exp2_parts(h):
+            return exp2_core(h, zero)
+
+    exp2_lo, exp2_hi = K.exp2_lo, K.exp2_hi
+
+    @vjit
+    def exp2(x):
+        """2**x."""
+        x = F(x)
+        xc = x if x > exp2_lo else exp2_lo
+        xc = xc if xc < exp2_hi else exp2_hi
+        p, k = exp2_parts(xc)
+        y = ldexp(p, k)
+        return y if x == x else x
+
+    m1_lo, tmax, kmax, kbig = K.expm1_lo, K.expm1_tmax, K.expm1_kmax, K.expm1_kbig
+
+    @vjit
+    def expm1_core(x):
+        """e**x - 1 == hi + lo for finite x (lo is 0 once k > kbig, where -1 no longer
+        matters)."""
+        xc = x if x > m1_lo else m1_lo
+        r, tail, k = exp_tail(xc)
+        t = pow2i(k if k < tmax else tmax)
+        s, err = two_sum(t - one, t * r)
+        hi, lo = fast_two_sum(s, err + t * tail)
+        big = ldexp(one + (r + (tail - pow2i(-(k if k < kmax else kmax)))), k)
+        return (big if k > kbig else hi), (zero if k > kbig else lo)
+
+    @vjit
+    def expm1(x):
+        """e**x - 1: with t = 2**k, (t - 1) + t*expm1(r) where t - 1 and t*r are exact and
+        summed with an error-free two_sum; for k > kbig the -1 is folded in as -2**-k
+        before exp's scaling."""
+        x = F(x)
+        hi, lo = expm1_core(x)
+        y = hi + lo
+        y = x if x == zero else y     # keeps -0.0
+        return y if x == x else x
+
+    return dict(exp=exp, exp_fast=exp_fast, exp2=exp2, expm1=expm1)
 
 
-exp_fast_f32 = _make_exp_fast(F32, np.int32, _scale_f32, F32(-104.0), F32(89.0), _LOG2E32,
-                              _L2H32, _L2L32, _exp_poly_f32)
-exp_fast_f64 = _make_exp_fast(F64, np.int64, _scale_f64, F64(-746.0), F64(709.9), _LOG2E64,
-                              _L2H64, _L2L64, _exp_poly_f64)
+def _log_functions(K):
+    """log, log2, log10, log1p and their kernels for the dtype of K."""
+    F, bits_to = K.F, K.bits_to
+    zero, half, one, two = F(0.0), F(0.5), F(1.0), F(2.0)
+    inf, nan = F(np.inf), F(np.nan)
+    tiny, presc, sub_bits = F(2.0 ** K.emin), F(2.0 ** K.sub_bits), K.sub_bits
+    sqrth, mant, mant_mask, poly = K.sqrth, K.mant, K.mant_mask, K.log_poly
 
+    @vjit
+    def log_parts(x):
+        """For finite x > 0: (e, f, hfsq, sR) with log(x) = e*ln2 + f - (hfsq - sR),
+        e as a float, sR = s*(hfsq + R)."""
+        sub = x < tiny
+        xs = x * presc if sub else x
+        ix = float_bits(xs) - sqrth
+        e = (ix >> mant) - (sub_bits if sub else 0)
+        m = bits_to((ix & mant_mask) + sqrth)
+        f = m - one
+        s = f / (two + f)
+        z = s * s
+        R = z * poly(z)
+        hfsq = half * f * f
+        return F(e), f, hfsq, s * (hfsq + R)
 
-@vjit
-def exp2_f32(x):
-    """2**x, float32: k = rint(x) and r = x - k are exact, so integer x gives exact
-    powers of two."""
-    x = F32(x)
-    xc = x if x > F32(-152.0) else F32(-152.0)
-    xc = xc if xc < F32(130.0) else F32(130.0)
-    kf = rint(xc)
-    r = xc - kf
-    P = _EXP2_32
-    p = F32(1.0) + r * (P[0] + r * (P[1] + r * (P[2] + r * (P[3] + r * (P[4] + r * P[5])))))
-    y = ldexp_f32(p, np.int32(kf))
-    return y if x == x else x
+    @vjit
+    def log_special(x, y):
+        y = nan if x < zero else y
+        y = -inf if x == zero else y
+        y = x if x == inf else y
+        return y if x == x else x
 
+    l2h, l2l = K.l2h, K.l2l
 
-@vjit
-def exp2_core_f64(h, l):
-    """2**(h + l) for |h| <= 1100 as (p, k), h + l an unevaluated sum (used by pow); the
-    r*c0 term is an exact product so p carries one rounding."""
-    kf = rint(h)
-    rh = h - kf                  # exact
-    r = rh + l
-    c = (rh - r) + l             # rounding error of r, carried to first order
-    P = _EXP2_64
-    q = P[1] + r * (P[2] + r * (P[3] + r * (P[4] + r * (P[5] + r * (P[6] + r * (
-        P[7] + r * (P[8] + r * (P[9] + r * P[10]))))))))
-    ph, pe = two_prod_f64(r, P[0])          # the leading term exactly
-    s, e = fast_two_sum(F64(1.0), ph)
-    return s + (e + (pe + (r * r * q + c * _LN2_64))), np.int64(kf)
+    @vjit
+    def log(x):
+        """Natural log."""
+        x = F(x)
+        e, f, hfsq, sR = log_parts(x)
+        y = e * l2h + (f - (hfsq - (sR + e * l2l)))
+        return log_special(x, y)
 
+    hilo_mask = K.hilo_mask
 
-@vjit
-def exp2_f64(x):
-    """2**x, float64."""
-    x = F64(x)
-    xc = x if x > F64(-1080.0) else F64(-1080.0)
-    xc = xc if xc < F64(1030.0) else F64(1030.0)
-    p, k = exp2_core_f64(xc, F64(0.0))
-    y = ldexp_f64(p, k)
-    return y if x == x else x
+    @vjit
+    def log_hilo(f, hfsq, sR):
+        hi = bits_to(float_bits(f - hfsq) & hilo_mask)
+        lo = ((f - hi) - hfsq) + sR
+        return hi, lo
 
+    def log_b(doc, ivh, ivl, e_head, e_low):
+        """log_b(x) = e*log_b(2) + (hi + lo)/ln(b): e_head(e) + e_low(e, v) + lo*ivh is
+        the first sum (e_head(e) = e, exact, for b = 2), summed with hi*ivh last."""
+        @vjit
+        def log_b(x):
+            x = F(x)
+            e, f, hfsq, sR = log_parts(x)
+            hi, lo = log_hilo(f, hfsq, sR)
+            vhi = hi * ivh
+            vlo = e_low(e, (lo + hi) * ivl) + lo * ivh
+            y2 = e_head(e)
+            w = y2 + vhi
+            vlo = vlo + ((y2 - w) + vhi)
+            return log_special(x, vlo + w)
+        log_b.__doc__ = doc
+        return log_b
 
-@vjit
-def expm1_core_f32(x):
-    """e**x - 1 == hi + lo for finite x (lo is 0 once k > 24, where -1 no longer matters)."""
-    xc = x if x > F32(-18.0) else F32(-18.0)
-    r, tail, k = exp_tail_f32(xc)
-    t = pow2i_f32(k if k < 64 else 64)
-    s, err = two_sum(t - F32(1.0), t * r)
-    hi, lo = fast_two_sum(s, err + t * tail)
-    big = ldexp_f32(F32(1.0) + (r + (tail - pow2i_f32(-(k if k < 126 else 126)))), k)
-    return (big if k > 24 else hi), (F32(0.0) if k > 24 else lo)
-
-
-@vjit
-def expm1_f32(x):
-    """e**x - 1, float32: with t = 2**k, (t - 1) + t*expm1(r) where t - 1 and t*r are
-    exact and summed with an error-free two_sum; for k > 24 the -1 is folded in as
-    -2**-k before exp's scaling."""
-    x = F32(x)
-    hi, lo = expm1_core_f32(x)
-    y = hi + lo
-    y = x if x == F32(0.0) else y     # keeps -0.0
-    return y if x == x else x
-
-
-@vjit
-def expm1_core_f64(x):
-    """e**x - 1 == hi + lo for finite x (lo is 0 once k > 53, where -1 no longer matters)."""
-    xc = x if x > F64(-40.0) else F64(-40.0)
-    r, tail, k = exp_tail_f64(xc)
-    t = pow2i_f64(k if k < 512 else 512)
-    s, err = two_sum(t - F64(1.0), t * r)
-    hi, lo = fast_two_sum(s, err + t * tail)
-    big = ldexp_f64(F64(1.0) + (r + (tail - pow2i_f64(-(k if k < 1022 else 1022)))), k)
-    return (big if k > 53 else hi), (F64(0.0) if k > 53 else lo)
-
-
-@vjit
-def expm1_f64(x):
-    """e**x - 1, float64 (see expm1_f32)."""
-    x = F64(x)
-    hi, lo = expm1_core_f64(x)
-    y = hi + lo
-    y = x if x == F64(0.0) else y
-    return y if x == x else x
-
-
-# ----------------------------------------------------------------------------------- log
-_SQRTH32 = np.int32(0x3F3504F3)              # bits of float32(sqrt(1/2))
-_SQRTH64 = np.int64(0x3FE6A09E667F3BCD)      # bits of float64(sqrt(1/2))
-_TWO23, _TWOM126 = F32(2.0 ** 23), F32(2.0 ** -126)
-_TWO54, _TWOM1022 = F64(2.0 ** 54), F64(2.0 ** -1022)
-
-
-@vjit
-def log_parts_f32(x):
-    """For finite x > 0: (e, f, s, hfsq, sR) with log(x) = e*ln2 + f - (hfsq - s*(hfsq+R)).
-
-    e is returned as float32; sR = s*(hfsq + R)."""
-    sub = x < _TWOM126
-    xs = x * _TWO23 if sub else x
-    ix = f32_bits(xs) - _SQRTH32
-    e = (ix >> 23) - (23 if sub else 0)
-    m = bits_f32((ix & 0x007FFFFF) + _SQRTH32)
-    f = m - F32(1.0)
-    s = f / (F32(2.0) + f)
-    z = s * s
-    P = _LOG32
-    R = z * (P[0] + z * (P[1] + z * P[2]))
-    hfsq = F32(0.5) * f * f
-    return F32(e), f, hfsq, s * (hfsq + R)
-
-
-@vjit
-def log_parts_f64(x):
-    """float64 version of log_parts_f32."""
-    sub = x < _TWOM1022
-    xs = x * _TWO54 if sub else x
-    ix = f64_bits(xs) - _SQRTH64
-    e = (ix >> 52) - (54 if sub else 0)
-    m = bits_f64((ix & 0x000FFFFFFFFFFFFF) + _SQRTH64)
-    f = m - F64(1.0)
-    s = f / (F64(2.0) + f)
-    z = s * s
-    P = _LOG64
-    R = z * (P[0] + z * (P[1] + z * (P[2] + z * (P[3] + z * (P[4] + z * (
-        P[5] + z * (P[6] + z * P[7])))))))
-    hfsq = F64(0.5) * f * f
-    return F64(e), f, hfsq, s * (hfsq + R)
-
-
-@vjit
-def _log_special_f32(x, y):
-    y = _NAN32 if x < F32(0.0) else y
-    y = -_INF32 if x == F32(0.0) else y
-    y = x if x == _INF32 else y
-    return y if x == x else x
-
-
-@vjit
-def _log_special_f64(x, y):
-    y = _NAN64 if x < F64(0.0) else y
-    y = -_INF64 if x == F64(0.0) else y
-    y = x if x == _INF64 else y
-    return y if x == x else x
-
-
-@vjit
-def log_f32(x):
-    """Natural log, float32."""
-    x = F32(x)
-    e, f, hfsq, sR = log_parts_f32(x)
-    y = e * _L2H32 + (f - (hfsq - (sR + e * _L2L32)))
-    return _log_special_f32(x, y)
-
-
-@vjit
-def log_f64(x):
-    """Natural log, float64."""
-    x = F64(x)
-    e, f, hfsq, sR = log_parts_f64(x)
-    y = e * _L2H64 + (f - (hfsq - (sR + e * _L2L64)))
-    return _log_special_f64(x, y)
-
-
-# log2/log10: hi = f - hfsq with its low bits cleared, so hi times the 12/21-bit head of
-# the scale constant is exact; the rest is carried in lo and summed last.
-_IVLN2H32, _IVLN2L32 = hi_lo(LOG2E, F32, 12)
-_IVLN10H32, _IVLN10L32 = hi_lo(INV_LN10, F32, 12)
-_LG2H32, _LG2L32 = hi_lo(LOG10_2, F32, 12)
-_IVLN2H64, _IVLN2L64 = hi_lo(LOG2E, F64, 21)
-_IVLN10H64, _IVLN10L64 = hi_lo(INV_LN10, F64, 21)
-_LG2H64, _LG2L64 = hi_lo(LOG10_2, F64, 21)
-
-
-@vjit
-def _log_hilo_f32(f, hfsq, sR):
-    hi = bits_f32(f32_bits(f - hfsq) & np.int32(-4096))
-    lo = ((f - hi) - hfsq) + sR
-    return hi, lo
-
-
-@vjit
-def _log_hilo_f64(f, hfsq, sR):
-    hi = bits_f64(f64_bits(f - hfsq) & np.int64(-4294967296))
-    lo = ((f - hi) - hfsq) + sR
-    return hi, lo
-
-
-@vjit
-def log2_f32(x):
-    """log2, float32 (exact at powers of two)."""
-    x = F32(x)
-    e, f, hfsq, sR = log_parts_f32(x)
-    hi, lo = _log_hilo_f32(f, hfsq, sR)
-    vhi = hi * _IVLN2H32
-    vlo = (lo + hi) * _IVLN2L32 + lo * _IVLN2H32
-    w = e + vhi
-    vlo = vlo + ((e - w) + vhi)
-    return _log_special_f32(x, vlo + w)
-
-
-@vjit
-def log2_f64(x):
-    """log2, float64."""
-    x = F64(x)
-    e, f, hfsq, sR = log_parts_f64(x)
-    hi, lo = _log_hilo_f64(f, hfsq, sR)
-    vhi = hi * _IVLN2H64
-    vlo = (lo + hi) * _IVLN2L64 + lo * _IVLN2H64
-    w = e + vhi
-    vlo = vlo + ((e - w) + vhi)
-    return _log_special_f64(x, vlo + w)
-
-
-@vjit
-def log10_f32(x):
-    """log10, float32."""
-    x = F32(x)
-    e, f, hfsq, sR = log_parts_f32(x)
-    hi, lo = _log_hilo_f32(f, hfsq, sR)
-    vhi = hi * _IVLN10H32
-    vlo = e * _LG2L32 + (lo + hi) * _IVLN10L32 + lo * _IVLN10H32
-    y2 = e * _LG2H32
-    w = y2 + vhi
-    vlo = vlo + ((y2 - w) + vhi)
-    return _log_special_f32(x, vlo + w)
-
-
-@vjit
-def log10_f64(x):
-    """log10, float64."""
-    x = F64(x)
-    e, f, hfsq, sR = log_parts_f64(x)
-    hi, lo = _log_hilo_f64(f, hfsq, sR)
-    vhi = hi * _IVLN10H64
-    vlo = e * _LG2L64 + (lo + hi) * _IVLN10L64 + lo * _IVLN10H64
-    y2 = e * _LG2H64
-    w = y2 + vhi
-    vlo = vlo + ((y2 - w) + vhi)
-    return _log_special_f64(x, vlo + w)
-
-
-def _make_log1p(F, parts, l2h, l2l):
-    """log(1 + x + xl) + extra for dtype F, xl and extra small (the low word of a
-    double-word argument, a correction of the caller's): log(u) for u = fl(1 + x) plus
-    the first-order term (1 + x - u + xl)/u, whose leading part is computed exactly, and
-    extra, all before the one final rounding."""
-    zero, one, two, inf, nan = F(0.0), F(1.0), F(2.0), F(np.inf), F(np.nan)
+    lg2h, lg2l = K.lg2h, K.lg2l
+    log2 = log_b("log2 (exact at powers of two).", K.ivln2h, K.ivln2l,
+                 vjit(lambda e: e), vjit(lambda e, v: v))
+    log10 = log_b("log10.", K.ivln10h, K.ivln10l,
+                  vjit(lambda e: e * lg2h), vjit(lambda e, v: e * lg2l + v))
 
     @vjit
     def log1p_dd(x, xl, extra):
+        """log(1 + x + xl) + extra, xl and extra small (the low word of a double-word
+        argument, a correction of the caller's): log(u) for u = fl(1 + x) plus the
+        first-order term (1 + x - u + xl)/u, whose leading part is computed exactly, and
+        extra, all before the one final rounding."""
         u = one + x
         c = (one - (u - x)) if u >= two else (x - (u - one))
         c = (c + xl) / u + extra
         us = u if u > zero else one
-        e, f, hfsq, sR = parts(us)
+        e, f, hfsq, sR = log_parts(us)
         y = e * l2h + (f - (hfsq - (sR + (e * l2l + c))))
         y = nan if x < -one else y
         y = -inf if x == -one else y
         y = x if x == inf else y
         y = x if x == zero else y
         return y if x == x else x
-    return log1p_dd
+
+    @vjit
+    def log1p(x):
+        """log(1 + x)."""
+        return log1p_dd(F(x), F(-0.0), F(-0.0))
+
+    return dict(log_parts=log_parts, log=log, log2=log2, log10=log10, log1p_dd=log1p_dd,
+                log1p=log1p)
 
 
-log1p_dd_f32 = _make_log1p(F32, log_parts_f32, _L2H32, _L2L32)
-log1p_dd_f64 = _make_log1p(F64, log_parts_f64, _L2H64, _L2L64)
+@functools.lru_cache(maxsize=None)
+def functions(d):
+    """The exp/log functions and kernels for dtype d (a core.Floats), by name."""
+    K = _constants(d)
+    kern = _exp_kernels(K)
+    return SimpleNamespace(**kern, **_exp_functions(K, kern), **_log_functions(K))
 
 
-@vjit
-def log1p_f32(x):
-    """log(1 + x), float32."""
-    return log1p_dd_f32(F32(x), F32(-0.0), F32(-0.0))
+#: Public functions of this module (vmath's VMATH entries).
+NAMES = ("exp", "exp_fast", "exp2", "expm1", "log", "log2", "log10", "log1p")
 
+# ------------------------------------------------ old names, until every module is generic
+from primtrace.executors.numba.vmath.core import DTYPES  # noqa: E402
 
-@vjit
-def log1p_f64(x):
-    """log(1 + x), float64."""
-    return log1p_dd_f64(F64(x), F64(-0.0), F64(-0.0))
+for _d in DTYPES:
+    for _n, _f in vars(functions(_d)).items():
+        globals()[f"{_n}_{_d.tag}"] = _f
+_exp_parts_f32, _exp_parts_f64 = globals()["exp_parts_f32"], globals()["exp_parts_f64"]
