@@ -70,3 +70,12 @@ def test_half_calls_fuse_from_the_break_even_size(fn, dtype):
 def test_without_the_cost_model_every_region_fuses():
     got, nodes = run(lambda a: a * 1.5, torch.randn(64).half(), cost_model=False)
     assert nodes == ["numba_fusion_0"]
+
+
+@pytest.mark.parametrize("fn", [torch.fmod, torch.remainder, torch.hypot])
+def test_prims_slower_in_our_kernels_are_not_fused_even_in_a_chain(fn):
+    a, b = torch.randn(256), torch.rand(256) + 0.5
+    got, nodes = run(lambda a, b: fn(a * 2, b) + 1, a, b)
+    assert any(fn.__name__ in n for n in nodes), nodes   # run by torch, not in a kernel
+    torch.testing.assert_close(got, fn(a * 2, b) + 1)
+    assert run(lambda a, b: fn(a * 2, b) + 1, a, b, cost_model=False)[1] == ["numba_fusion_0"]

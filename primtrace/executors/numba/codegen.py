@@ -379,7 +379,7 @@ class _Analyzer:
                 inv = inv and i
         box = [inv]
         special = lowering.F16_RANGE.get(name)
-        if special and dtype is torch.float32 and regs[0] in self.half_values and \
+        if special and dtype in (torch.float16, torch.float32) and regs[0] in self.half_values and \
                 lowering.lowerable(self.backend, special, dtype, 1):
             name = special       # |x| <= 65504: a cheaper argument reduction is exact
         cheaper = lowering.HALF_RESULT.get(name)

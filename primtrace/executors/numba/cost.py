@@ -5,13 +5,14 @@ memory pass when fused; the kernel pays only where it is faster than torch's own
 with ``benchmarks/sweep.py --fuse-all`` (every call fused vs eager, 1 and 2 threads, 2^16 and
 2^20 elements; the numbers are in docs/fusion.md):
 
-- float32/float64: eager's loops are as fast as ours for arithmetic and erf (our kernel
-  0.9-1.4x eager), so only the math ours computes faster fuses (exp 0.4x, tanh 0.2x, sin
-  0.8x eager);
+- float32/float64: eager's loops are as fast as ours for arithmetic (our kernel 0.9-1.4x
+  eager), so only the math ours computes faster fuses (FASTER_MATH), except calls eager has
+  a kernel of its own for (SLOWER_CALLS);
 - float16/bfloat16: eager converts each element through float32 in scalar code where ours
   converts vectors, so one call fuses (0.5-0.7x eager), except where eager's own half math
-  is faster than ours (f16 exp 1.4x, sin 1.35x; bf16 sin 1.8x, erf 1.6x; sigmoid and
-  silu 1.05-1.2x);
+  is faster than ours (SLOWER_HALF_MATH, SLOWER_CALLS_HALF);
+- a few prims are slower in our kernels than in eager's even inside a chain (SLOW_PRIMS):
+  they are not fused at all;
 - operands of several dtypes fuse (eager's casting loop does not vectorize), and so does any
   output of at least ``cpu.HUGE_OUTPUT_BYTES`` (eager takes thousands of page faults on a
   fresh 8 MiB output, ours asks for huge pages);
@@ -25,20 +26,38 @@ import torch
 from primtrace.executors.base import Region
 from primtrace.ir.proxy import TensorProxy
 
-#: prims ours computes faster than eager, per dtype of the call's result, for full-precision
-#: floats: a call containing one fuses
-FASTER_MATH = {"exp", "tanh", "sin", "cos"}
-#: prims eager computes faster than ours on half dtypes: a call containing one runs in torch
+#: prims our CPU kernels compute several times slower than eager, alone or in a chain (their
+#: scalar libm calls stop the loop's vectorization; at 2^20, 1 thread: fmod 4.4-6.1x,
+#: remainder 3.8-4.9x, hypot 2.8-15x, lgamma 5.5-9x eager): float ones are left to torch
+SLOW_PRIMS = {"fmod", "remainder", "hypot", "lgamma"}
+#: prims ours computes faster than eager in float32/float64 (at 2^16-2^20: exp 0.4x, tanh
+#: 0.2x, sin 0.8x, sqrt 0.25x, log 0.45x, atan/asin 0.05-0.13x, comparisons 0.1-0.3x eager): a
+#: call containing one fuses. Not erf: torch.erf is 5x slower than ours, but F.gelu's own
+#: kernel beats ours (1.06-1.3x), and the call name cannot tell gelu's erf from its tanh form
+FASTER_MATH = {"exp", "expm1", "log", "log2", "log10", "sqrt", "rsqrt", "sin", "cos", "tan",
+               "atan", "asin", "acos", "sinh", "cosh", "tanh", "erfc", "trunc", "isnan",
+               "eq", "ne", "lt", "le", "gt", "ge", "copysign"}
+#: prims eager computes faster than ours on half dtypes (its own vector code: bit operations
+#: for neg/abs/copysign, SLEEF for exp/sin/cos/log; 1.05-1.8x at 2^16-2^20): a call
+#: containing one runs in torch
+_HALF_SLOWER = {"exp", "exp2", "log", "log2", "sin", "cos", "sigmoid", "reciprocal", "neg",
+                "abs", "copysign"}
 SLOWER_HALF_MATH = {
-    torch.float16: {"exp", "sin", "cos", "sigmoid"},
-    torch.bfloat16: {"exp", "sin", "cos", "sigmoid", "erf"},
+    torch.float16: _HALF_SLOWER | {"floor", "ceil", "trunc", "round"},   # 1.07x, f16range
+    torch.bfloat16: _HALF_SLOWER | {"erf"},                               # gelu 1.5x
 }
-#: calls whose prims include faster math but whose eager kernel still wins (silu's exp feeds
-#: 1 + e, where eager uses a cheaper 1-ULP exp)
+#: calls with a kernel of their own in eager that beats ours whatever their prims say
+#: (silu 1.1-1.3x, hardswish 1.2-1.4x, square 1.2x in bfloat16)
 SLOWER_CALLS = {"silu"}
+SLOWER_CALLS_HALF = {"silu", "hardswish", "square"}
 #: half-dtype calls smaller than this run in torch (a + b, relu at 2^10-2^16, 1 thread:
 #: the kernel breaks even at 2^14-2^15 elements)
 MIN_HALF_ELEMENTS = 1 << 15
+
+
+def slow_on_cpu(name: str, dtype) -> bool:
+    """Whether prim `name` on `dtype` runs slower in our CPU kernels than in eager's."""
+    return name in SLOW_PRIMS and dtype.is_floating_point
 
 
 def fuse_single_call(region: Region, huge_output_bytes: int) -> bool:
@@ -51,11 +70,10 @@ def fuse_single_call(region: Region, huge_output_bytes: int) -> bool:
     if sum(p.numel() * p.dtype.itemsize for p in outputs) >= huge_output_bytes:
         return True
     call = region.nodes[0].origin
-    if call is not None and call.symbol.name in SLOWER_CALLS:
-        return False
+    name = call.symbol.name if call is not None else None
     prims = {n.symbol.name for n in region.nodes}
     dtype = outputs[0].dtype if outputs else None
     if dtype in SLOWER_HALF_MATH:
-        return (not prims & SLOWER_HALF_MATH[dtype]
+        return (name not in SLOWER_CALLS_HALF and not prims & SLOWER_HALF_MATH[dtype]
                 and max(p.numel() for p in outputs) >= MIN_HALF_ELEMENTS)
-    return bool(prims & FASTER_MATH)
+    return name not in SLOWER_CALLS and bool(prims & FASTER_MATH)

@@ -106,6 +106,10 @@ class NumbaFusionExecutor(FusionExecutor):
         if not tensors or len(args) not in (1, 2) or not all(
                 isinstance(a, TensorProxy) or is_number(a) for a in args):
             return False
+        if self.cost_model and device == "cpu" and self.backend != "cuda":
+            from primtrace.executors.numba import cost
+            if cost.slow_on_cpu(name, tensors[0].dtype):
+                return False
         return self._backend_lowers(name, tensors[0].dtype, len(args), device)
 
     def _device_ok(self, device: str) -> bool:

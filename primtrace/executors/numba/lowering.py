@@ -367,7 +367,8 @@ UNARY = {
 for _prim in sorted(mathlib.MATH_PRIMS - {"pow", "atan2", "hypot"}):
     UNARY[(_prim, "f")] = _lib(_prim)
 #: variants for operands known to hold float16 values (codegen tracks them)
-F16_RANGE = {"sin": "sin_f16range", "cos": "cos_f16range"}
+F16_RANGE = {"sin": "sin_f16range", "cos": "cos_f16range", "floor": "floor_f16range",
+             "ceil": "ceil_f16range", "trunc": "trunc_f16range", "round": "rint_f16range"}
 #: variants for half values whose result is rounded to float16/bfloat16 next, which hides their
 #: extra error (exp_fast: 1 ULP in float32 at 60% of exp's cost; rounded to either half
 #: dtype it equals exp and eager on all 65,536 inputs, tests/numba/test_half_vectorized.py)
