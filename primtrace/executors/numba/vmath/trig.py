@@ -21,11 +21,13 @@ lo word folded in to first order; tan = sin/cos or -cos/sin by quadrant.
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 
 from primtrace.executors.numba.vmath import coeffs as C
-from primtrace.executors.numba.vmath.core import (F32, F64, U64, PI_2, PI_4, div_dd_f64, f32_bits,
-                                                  f64_bits, fabs, fast_two_sum, hi_lo, two_prod_f64,
+from primtrace.executors.numba.vmath.core import (F32, F64, FLOAT64, PI_2, PI_4, U64, fabs,
+                                                  fast_two_sum, float_bits, hi_lo, horner,
                                                   two_sum, vjit)
 
 
@@ -82,18 +84,17 @@ _S32 = U64(32)
 _SCALE32 = F64(float.fromhex("0x1.921fb54442d18p0") * 2.0 ** -62)   # pi/2 * 2**-62
 _TWOM62, _TWO64, _TWOM126 = F64(2.0 ** -62), F64(2.0 ** 64), F64(2.0 ** -126)
 _PIO2H64, _PIO2L64 = hi_lo(PI_2, F64)
+_two_prod64 = FLOAT64.two_prod
 _PIO4_32, _PIO4_64 = F32(float(hi_lo(PI_4, F32)[0])), hi_lo(PI_4, F64)[0]
-_TINY64 = F64(2.0 ** -27)
-_INF32, _INF64 = F32(np.inf), F64(np.inf)
-_SIN32, _COS32 = C.SIN_F32.astype(np.float64), C.COS_F32.astype(np.float64)
-_SIN64, _COS64 = C.SIN_F64, C.COS_F64
+_SIN32, _COS32 = (horner(P.astype(np.float64)) for P in (C.SIN_F32, C.COS_F32))
+_SIN64, _COS64 = horner(C.SIN_F64), horner(C.COS_F64)
 
 
 @vjit
 def reduce_pio2_f32(x):
     """x = q*pi/2 + r, r as float64 (|r| <= pi/4, 2**-50 relative); q as int32 (only
     q & 3 matters)."""
-    ix = f32_bits(x)
+    ix = float_bits(x)
     ia = ix & 0x7FFFFFFF
     E = ia >> 23
     M = U64((ia & 0x007FFFFF) | 0x00800000)
@@ -124,7 +125,7 @@ def reduce_pio2_f32(x):
 @vjit
 def reduce_pio2_f64(x):
     """float64 version: bits 64..191 of the 245-bit M * window, in 32-bit columns."""
-    ix = f64_bits(x)
+    ix = float_bits(x)
     ia = ix & 0x7FFFFFFFFFFFFFFF
     E = ia >> 52
     M = U64((ia & 0x000FFFFFFFFFFFFF) | 0x0010000000000000)
@@ -145,7 +146,7 @@ def reduce_pio2_f64(x):
     a = F64(hs)
     rem = hs - np.int64(a)
     h, l = two_sum(a * _TWOM62, (F64(rem) * _TWO64 + F64(tl)) * _TWOM126)
-    p, e = two_prod_f64(h, _PIO2H64)
+    p, e = _two_prod64(h, _PIO2H64)
     e = e + (h * _PIO2L64 + l * _PIO2H64)
     hi, lo = fast_two_sum(p, e)
     neg = ix < 0
@@ -156,98 +157,91 @@ def reduce_pio2_f64(x):
     return (x if small else hi), (F64(0.0) if small else lo), (0 if small else q)
 
 
+# The reductions and the kernels are float32/float64 twins on purpose: float32 cuts its
+# 2/pi window with shifts and runs the kernels in float64 (rounded once at the end),
+# float64 gathers its window and runs double-word kernels.
 @vjit
-def _kernels_f32(r):
-    """sin(r) and cos(r) in float64 for float64 |r| <= pi/4, with the float32 polynomials
-    (2**-32 relative): rounded once to float32 they are off by 0.5 ULP plus 2**-8 at most,
-    so near-halfway cases round as eager's do (float32 arithmetic: 0.76 ULP)."""
+def _sincos_f32(x):
+    """(sh, sl, ch, cl, q): sin and cos of the reduced argument in float64 for float32 x,
+    with the float32 polynomials (2**-32 relative; the lo words are -0.0): rounded once to
+    float32 they are off by 0.5 ULP plus 2**-8 at most, so near-halfway cases round as
+    eager's do (float32 arithmetic: 0.76 ULP)."""
+    r, q = reduce_pio2_f32(x)
     z = r * r
-    S, Cc = _SIN32, _COS32
-    s = r * (F64(1.0) + z * (S[0] + z * (S[1] + z * (S[2] + z * S[3]))))   # sin(-0) = -0
-    c = (F64(1.0) - F64(0.5) * z) + z * z * (Cc[0] + z * (Cc[1] + z * (Cc[2] + z * Cc[3])))
-    return s, c
+    s = r * (F64(1.0) + z * _SIN32(z))                       # sin(-0) = -0
+    c = (F64(1.0) - F64(0.5) * z) + z * z * _COS32(z)
+    return s, F64(-0.0), c, F64(-0.0), q
 
 
 @vjit
-def _kernels_f64(h, l):
-    """float64 version of _kernels_f32."""
+def _sincos_f64(x):
+    """(sh, sl, ch, cl, q): sin and cos of the reduced argument as double-word values."""
+    h, l, q = reduce_pio2_f64(x)
     z = h * h
-    S, Cc = _SIN64, _COS64
-    ps = S[0] + z * (S[1] + z * (S[2] + z * (S[3] + z * (S[4] + z * S[5]))))
-    sl = h * z * ps + l * (F64(1.0) - F64(0.5) * z)
-    pc = Cc[0] + z * (Cc[1] + z * (Cc[2] + z * (Cc[3] + z * (Cc[4] + z * Cc[5]))))
+    sl = h * z * _SIN64(z) + l * (F64(1.0) - F64(0.5) * z)
     hz = F64(0.5) * z
     w = F64(1.0) - hz
-    cl = ((F64(1.0) - w) - hz) + (z * z * pc - h * l)
-    return h, sl, w, cl
+    cl = ((F64(1.0) - w) - hz) + (z * z * _COS64(z) - h * l)
+    return h, sl, w, cl, q
 
 
-@vjit
-def sin_f32(x):
-    """sin, float32; correct for every finite argument."""
-    x = F32(x)
-    r, q = reduce_pio2_f32(x)
-    s, c = _kernels_f32(r)
-    y = c if (q & 1) != 0 else s
-    y = F32(-y if (q & 2) != 0 else y)
-    return y if fabs(x) < _INF32 else x - x
+def _functions(F, sincos, tan_div, tiny):
+    """sin, cos, tan for dtype F from its reduction + kernels ``sincos``, the division
+    ``tan_div(nh, nl, dh, dl)`` of tan, and ``tiny``, below which sin x = tan x = x."""
+    inf = F(np.inf)
+
+    @vjit
+    def sin(x):
+        """sin; correct for every finite argument."""
+        x = F(x)
+        sh, sl, ch, cl, q = sincos(x)
+        y = (ch + cl) if (q & 1) != 0 else (sh + sl)
+        y = F(-y if (q & 2) != 0 else y)
+        ax = fabs(x)
+        y = x if ax < tiny else y
+        return y if ax < inf else x - x
+
+    @vjit
+    def cos(x):
+        """cos; correct for every finite argument."""
+        x = F(x)
+        sh, sl, ch, cl, q = sincos(x)
+        y = (sh + sl) if (q & 1) != 0 else (ch + cl)
+        y = F(-y if ((q + 1) & 2) != 0 else y)
+        return y if fabs(x) < inf else x - x
+
+    @vjit
+    def tan(x):
+        """tan: sin/cos of the reduced argument (-cos/sin in odd quadrants), rounded
+        once."""
+        x = F(x)
+        sh, sl, ch, cl, q = sincos(x)
+        odd = (q & 1) != 0
+        y = F(tan_div(ch if odd else sh, cl if odd else sl, -sh if odd else ch,
+                      -sl if odd else cl))
+        ax = fabs(x)
+        y = x if ax < tiny else y
+        return y if ax < inf else x - x
+
+    return SimpleNamespace(sin=sin, cos=cos, tan=tan)
 
 
-@vjit
-def cos_f32(x):
-    """cos, float32."""
-    x = F32(x)
-    r, q = reduce_pio2_f32(x)
-    s, c = _kernels_f32(r)
-    y = s if (q & 1) != 0 else c
-    y = F32(-y if ((q + 1) & 2) != 0 else y)
-    return y if fabs(x) < _INF32 else x - x
+_BY_DTYPE = {
+    # float32: one float64 division of the kernels' values; the float64 kernels are
+    # exact down to 0 (tiny = 0: no select)
+    "f32": _functions(F32, _sincos_f32, vjit(lambda nh, nl, dh, dl: nh / dh), F32(0.0)),
+    "f64": _functions(F64, _sincos_f64, FLOAT64.div_dd, F64(2.0 ** -27)),
+}
 
 
-@vjit
-def tan_f32(x):
-    """tan, float32: sin/cos of the reduced argument (-cos/sin in odd quadrants), divided
-    in float64 and rounded once."""
-    x = F32(x)
-    r, q = reduce_pio2_f32(x)
-    s, c = _kernels_f32(r)
-    odd = (q & 1) != 0
-    y = F32((-c if odd else s) / (s if odd else c))
-    return y if fabs(x) < _INF32 else x - x
+def functions(d):
+    """sin, cos, tan for dtype d (a core.Floats), by name."""
+    return _BY_DTYPE[d.tag]
 
 
-@vjit
-def sin_f64(x):
-    """sin, float64; correct for every finite argument."""
-    x = F64(x)
-    h, l, q = reduce_pio2_f64(x)
-    sh, sl, ch, cl = _kernels_f64(h, l)
-    y = (ch + cl) if (q & 1) != 0 else (sh + sl)
-    y = -y if (q & 2) != 0 else y
-    ax = fabs(x)
-    y = x if ax < _TINY64 else y
-    return y if ax < _INF64 else x - x
+#: Public functions of this module (vmath's VMATH entries).
+NAMES = ("sin", "cos", "tan")
 
-
-@vjit
-def cos_f64(x):
-    """cos, float64."""
-    x = F64(x)
-    h, l, q = reduce_pio2_f64(x)
-    sh, sl, ch, cl = _kernels_f64(h, l)
-    y = (sh + sl) if (q & 1) != 0 else (ch + cl)
-    y = -y if ((q + 1) & 2) != 0 else y
-    return y if fabs(x) < _INF64 else x - x
-
-
-@vjit
-def tan_f64(x):
-    """tan, float64."""
-    x = F64(x)
-    h, l, q = reduce_pio2_f64(x)
-    sh, sl, ch, cl = _kernels_f64(h, l)
-    odd = (q & 1) != 0
-    y = div_dd_f64(ch if odd else sh, cl if odd else sl, -sh if odd else ch, -sl if odd else cl)
-    ax = fabs(x)
-    y = x if ax < _TINY64 else y
-    return y if ax < _INF64 else x - x
+# ------------------------------------------------ old names, until every module is generic
+sin_f32, cos_f32, tan_f32 = (getattr(_BY_DTYPE["f32"], n) for n in NAMES)
+sin_f64, cos_f64, tan_f64 = (getattr(_BY_DTYPE["f64"], n) for n in NAMES)
