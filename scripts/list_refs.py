@@ -27,7 +27,8 @@ from primtrace.ir.strides import contiguous_strides
 from primtrace.ir.tree import proxies_in
 from primtrace.executors.numba import NumbaFusionExecutor
 
-FUSION = NumbaFusionExecutor()
+#: what the kernels can compute; the cost model may still leave a call to torch
+FUSION = NumbaFusionExecutor(cost_model=False)
 
 MODULES = (  # (ref module, its torch namespaces, most specific first)
     ("primtrace.refs", ("torch", "torch.Tensor")),
@@ -180,8 +181,9 @@ def render() -> str:
              "function it mirrors, its type promotion kind where it carries one, and the prims it",
              "records when traced with float32 tensors (another dtype, named, where the ref refuses",
              "float32; n/a where no generic call traces), and whether the Numba fusion executor",
-             "compiles all of them into its kernels on the CPU (else the prims the torch executor",
-             "runs are named).", ""]
+             "can compile all of them into its kernels on the CPU (else the prims the torch executor",
+             "runs are named); its cost model still leaves some single calls and slow prims to",
+             "torch (docs/fusion.md).", ""]
     total = 0
     for module_name, namespaces in MODULES:
         module = importlib.import_module(module_name)
