@@ -30,8 +30,8 @@ from typing import Callable, NamedTuple
 import torch
 
 from primtrace.executors import TORCH, Executor, default_executors
-from primtrace.executors.codegen import compile_trace
-from primtrace.executors.lowering import lower
+from primtrace.executors.execution_trace import lower
+from primtrace.executors.trace_to_python import compile_trace
 from primtrace.ir.proxy import NumberProxy
 from primtrace.ir.symbol import SymbolKind
 from primtrace.ir.trace import Trace, current_trace

@@ -8,7 +8,7 @@ import torch
 import primtrace
 from primtrace import prims
 from primtrace.executors import FusionExecutor, OperatorExecutor, Region, dependency_graph
-from primtrace.executors.lowering import LoweringError, lower
+from primtrace.executors.execution_trace import LoweringError, lower
 
 
 def w2(a, b, c):
