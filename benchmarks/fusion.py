@@ -214,7 +214,7 @@ def first_calls():
 
 def threshold_scan():
     """Serial vs parallel time of W1 and W2 kernels over sizes (to set cpu.PARALLEL_WORK)."""
-    from primtrace.executors.numba import cpu
+    from primtrace.executors.numba.backends import cpu
     print("| n | W1 serial us | W1 parallel us | W2 serial us | W2 parallel us |")
     print("|---|---|---|---|---|")
     for n in [1 << k for k in range(10, 21)]:

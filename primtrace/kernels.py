@@ -50,7 +50,7 @@ def kernel_source(jfn, device: str = "cpu") -> str:
         sources = [(n.symbol.name, n.symbol.source) for n in execution.nodes
                    if n.symbol.kind is SymbolKind.FUSED and n.symbol.source]
     else:
-        from primtrace.executors.numba import gpu
+        from primtrace.executors.numba.backends import cuda as gpu
         sources = []
         for name, region in _cuda_regions(jfn):
             plan = gpu.analyze(region)
@@ -73,7 +73,7 @@ def kernel_ptx(jfn, cc: tuple[int, int] = (9, 0)) -> dict[str, str]:
         import numba.cuda  # noqa: F401
     except ImportError as e:
         raise ImportError("primtrace.kernel_ptx needs numba-cuda (pip install numba-cuda)") from e
-    from primtrace.executors.numba import gpu
+    from primtrace.executors.numba.backends import cuda as gpu
     return {name: gpu.ptx(region, cc) for name, region in _cuda_regions(jfn)}
 
 
@@ -81,5 +81,5 @@ def clear_kernel_cache() -> int:
     """Delete the on-disk kernel cache (``$PRIMTRACE_CACHE_DIR``, default
     ``~/.cache/primtrace``); returns the bytes freed. Kernels already loaded keep working;
     later compiles write the cache again."""
-    from primtrace.executors.numba import cache
+    from primtrace.executors.numba import kernel_cache as cache
     return cache.clear()

@@ -30,7 +30,8 @@ from typing import Callable
 import torch
 
 from primtrace import prims
-from primtrace.executors.numba import lowering, mathlib
+from primtrace.executors.numba import lowering
+from primtrace.executors.numba.backends import mathlib
 from primtrace.executors.numba.lowering import DTYPES, Emitter
 from tests.conformance.harness import values_match
 

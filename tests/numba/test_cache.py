@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import primtrace
-from primtrace.executors.numba import cache
+from primtrace.executors.numba import kernel_cache as cache
 from tests.numba.helpers import execution, fused, fused_nodes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -17,7 +17,8 @@ SCRIPT = r'''
 import json, time
 import torch
 import primtrace
-from primtrace.executors.numba import NumbaFusionExecutor, cache
+from primtrace.executors.numba import NumbaFusionExecutor
+from primtrace.executors.numba import kernel_cache as cache
 from tests.numba.test_fusion import w2, _w2_inputs
 jf = primtrace.jit(w2, executors=[NumbaFusionExecutor()])
 t = time.perf_counter()

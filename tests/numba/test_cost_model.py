@@ -6,7 +6,8 @@ import torch
 import torch.nn.functional as F
 
 import primtrace
-from primtrace.executors.numba import NumbaFusionExecutor, cost, cpu
+from primtrace.executors.numba import NumbaFusionExecutor, cost
+from primtrace.executors.numba.backends import cpu
 
 
 def run(fn, *args, **kw):

@@ -18,7 +18,8 @@ import json, warnings
 warnings.simplefilter("ignore")
 import torch
 import primtrace
-from primtrace.executors.numba import NumbaFusionExecutor, gpu
+from primtrace.executors.numba import NumbaFusionExecutor
+from primtrace.executors.numba.backends import cuda as gpu
 from tests.conformance import test_binary, test_unary, test_ternary
 from tests.conformance.harness import check_sample, samples
 from tests.numba.test_fusion import w2, _w2_inputs, adamw_step

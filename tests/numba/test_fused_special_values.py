@@ -20,7 +20,8 @@ import pytest
 import torch
 
 from primtrace import prims
-from primtrace.executors.numba import cpu, lowering
+from primtrace.executors.numba import lowering
+from primtrace.executors.numba.backends import cpu
 from tests.numba import special_values as sv
 from tests.numba.helpers import execution, fused, fused_nodes
 from tests.numba.test_vmath import MIN_LANES32
@@ -88,7 +89,8 @@ SIM_SCRIPT = r'''
 import json, warnings
 warnings.simplefilter("ignore")
 import primtrace
-from primtrace.executors.numba import NumbaFusionExecutor, gpu
+from primtrace.executors.numba import NumbaFusionExecutor
+from primtrace.executors.numba.backends import cuda as gpu
 from tests.numba import special_values as sv
 
 assert gpu.simulator() and gpu.available()

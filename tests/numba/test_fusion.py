@@ -5,7 +5,8 @@ import pytest
 import torch
 
 import primtrace
-from primtrace.executors.numba import NumbaFusionExecutor, cpu, kernel_sources
+from primtrace.executors.numba import NumbaFusionExecutor, kernel_sources
+from primtrace.executors.numba.backends import cpu
 from tests.numba.helpers import check_against_eager, execution, fused, fused_nodes, torch_nodes
 
 

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 import primtrace
-from primtrace.executors.numba import NumbaFusionExecutor, mathlib
+from primtrace.executors.numba import NumbaFusionExecutor
+from primtrace.executors.numba.backends import mathlib
 from tests.numba.test_halfbits import encode_inputs, float64_inputs
 from tests.numba.test_vmath import MIN_LANES32
 
@@ -84,7 +85,8 @@ SCRIPT = r'''
 import json, sys, warnings
 warnings.simplefilter("ignore")
 from tests.numba.test_half_vectorized import conversion_problems
-from primtrace.executors.numba import NumbaFusionExecutor, mathlib
+from primtrace.executors.numba import NumbaFusionExecutor
+from primtrace.executors.numba.backends import mathlib
 problems = [p for kind in ("f16", "bf16") for p in conversion_problems(kind, int(sys.argv[1]))]
 print(json.dumps({"problems": problems, "hardware_f16": mathlib.HARDWARE_F16,
                   "backend": NumbaFusionExecutor().backend}))
@@ -237,7 +239,7 @@ def test_a_value_used_again_keeps_its_rounding():
 
 # --- CUDA PTX ---------------------------------------------------------------------------------
 def _ptx(fn, dtype):
-    from primtrace.executors.numba import gpu
+    from primtrace.executors.numba.backends import cuda as gpu
     args = [torch.randn(8).to(dtype) for _ in range(fn.__code__.co_argcount)]
     trace = primtrace.trace(fn, stage="optimized")(*args)
     (region,) = NumbaFusionExecutor(backend="cuda").partition(trace)

@@ -14,7 +14,8 @@ import torch
 from llvmlite import binding as llvm
 from numba import njit
 
-from primtrace.executors.numba import halfbits, runtime
+from primtrace.executors.numba.backends import halfbits
+from primtrace.executors.numba.backends import runtime
 
 ALL16 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
 TORCH16 = {"f16": torch.float16, "bf16": torch.bfloat16}

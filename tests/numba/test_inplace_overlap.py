@@ -20,7 +20,7 @@ import warnings
 import pytest
 import torch
 
-from primtrace.executors.numba import codegen
+from primtrace.executors.numba import launch as codegen
 from tests.numba.helpers import execution, fused, fused_nodes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -195,7 +195,7 @@ NOT_SIMULATED = {"add_ the identical view"}
 
 SCRIPT = r'''
 import json
-from primtrace.executors.numba import gpu
+from primtrace.executors.numba.backends import cuda as gpu
 from tests.numba import test_inplace_overlap as t
 assert gpu.simulator()
 print(json.dumps([p for name in t.CASES if name not in t.NOT_SIMULATED for p in t.check_case(name)]))

@@ -3,7 +3,7 @@ import numpy as np
 import torch
 from numba import njit
 
-from primtrace.executors.numba import mathlib as m
+from primtrace.executors.numba.backends import mathlib as m
 
 
 def _apply(fn, x):

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 import primtrace
-from primtrace.executors.numba import NumbaFusionExecutor, gpu
+from primtrace.executors.numba import NumbaFusionExecutor
+from primtrace.executors.numba.backends import cuda as gpu
 from tests.numba.test_fusion import _w2_inputs, adamw_step, w2
 
 pytest.importorskip("numba.cuda")

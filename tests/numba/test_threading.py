@@ -12,7 +12,8 @@ SCRIPT = r'''
 import json, os
 import torch
 import numba
-from primtrace.executors.numba import threading as nthreading, cpu
+from primtrace.executors.numba.backends import threads as nthreading
+from primtrace.executors.numba.backends import cpu
 from tests.numba.helpers import fused, execution, fused_nodes
 cpu.PARALLEL_WORK = 0
 jf = fused(lambda a: a * 2 + 1)

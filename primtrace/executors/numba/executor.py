@@ -29,7 +29,7 @@ import torch
 
 from primtrace.executors.base import FusionExecutor, Region, creates_cycle, dependency_graph
 from primtrace.executors.numba import lowering
-from primtrace.executors.numba.codegen import NotFusible, is_number, node_args
+from primtrace.executors.numba.plan import NotFusible, is_number, node_args
 from primtrace.ir.proxy import NumberProxy, TensorProxy
 from primtrace.ir.symbol import SymbolKind
 from primtrace.ir.trace import Node, Trace
@@ -118,13 +118,13 @@ class NumbaFusionExecutor(FusionExecutor):
         if device == "cpu":
             return True
         if device == "cuda":
-            from primtrace.executors.numba import gpu as ncuda
+            from primtrace.executors.numba.backends import cuda as ncuda
             return ncuda.available()
         return False
 
     def _backend_lowers(self, name, dtype, arity, device) -> bool:
         if self._backend_for(device) == "cuda":
-            from primtrace.executors.numba import gpu as ncuda
+            from primtrace.executors.numba.backends import cuda as ncuda
             return ncuda.lowers(name, dtype, arity)
         return lowering.lowerable(lowering.CPU, name, dtype, arity)
 
@@ -227,11 +227,12 @@ class NumbaFusionExecutor(FusionExecutor):
         return regions
 
     def fuse_single_call(self, region: Region) -> bool:
-        """One torch call fuses only where the kernel beats torch's own (numba/cost.py);
+        """One torch call fuses only where the kernel beats torch's own (cost.py);
         on CUDA always (eager launches one kernel per call too)."""
         if not self.cost_model or self._backend_for(self._device_of(region)) == "cuda":
             return True
-        from primtrace.executors.numba import cost, cpu
+        from primtrace.executors.numba import cost
+        from primtrace.executors.numba.backends import cpu
         return cost.fuse_single_call(region, cpu.HUGE_OUTPUT_BYTES)
 
     # --- compiling -------------------------------------------------------------------------
@@ -242,14 +243,14 @@ class NumbaFusionExecutor(FusionExecutor):
 
     def _plannable(self, region: Region) -> bool:
         """A safety net behind can_fuse: a region the code generator rejects stays unfused."""
-        from primtrace.executors.numba import codegen
+        from primtrace.executors.numba import plan as kernel_plan
         if self._backend_for(self._device_of(region)) == "cuda":
-            from primtrace.executors.numba import gpu as ncuda
+            from primtrace.executors.numba.backends import cuda as ncuda
             backend, scalar_devices = ncuda.BACKEND, ("cpu",)
         else:
             backend, scalar_devices = lowering.CPU, ("cpu",)
         try:
-            codegen.analyze(region, backend, scalar_devices)
+            kernel_plan.analyze(region, backend, scalar_devices)
         except NotFusible:
             return False
         return True
@@ -257,9 +258,9 @@ class NumbaFusionExecutor(FusionExecutor):
     def compile(self, region: Region):
         device = self._device_of(region)
         if self._backend_for(device) == "cuda":
-            from primtrace.executors.numba import gpu as ncuda
+            from primtrace.executors.numba.backends import cuda as ncuda
             return ncuda.compile_region(region, self.name)
-        from primtrace.executors.numba import cpu
+        from primtrace.executors.numba.backends import cpu
         return cpu.compile_region(region, self.name)
 
 

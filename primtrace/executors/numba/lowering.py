@@ -16,7 +16,7 @@ from typing import Callable
 
 import torch
 
-from primtrace.executors.numba import mathlib
+from primtrace.executors.numba.backends import mathlib
 
 
 @dataclass(frozen=True)

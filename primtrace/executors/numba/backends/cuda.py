@@ -1,7 +1,8 @@
 """CUDA backend: the same kernel body in a ``numba.cuda`` kernel with a grid-stride loop.
 
-(Named ``gpu.py``, not ``cuda.py``: numba-cuda installs an import hook that redirects every
-module whose name contains "numba.cuda", which ``primtrace.executors.numba.cuda`` would.)
+(In ``backends/``, not ``numba/cuda.py``: numba-cuda installs an import hook that redirects
+every module whose name contains "numba.cuda", which ``primtrace.executors.numba.cuda``
+would; ``primtrace.executors.numba.backends.cuda`` does not.)
 
 Imported only when a CUDA tensor (or the simulator backend) is seen, so primtrace works on
 machines without CUDA wheels. Tensors reach the kernel through ``__cuda_array_interface__``
@@ -19,8 +20,11 @@ from __future__ import annotations
 
 import torch
 
-from primtrace.executors.numba import cache, codegen, lowering
-from primtrace.executors.numba.codegen import Plan, Store
+from primtrace.executors.numba import lowering
+from primtrace.executors.numba import kernel_cache as cache
+from primtrace.executors.numba import kernel_body, launch
+from primtrace.executors.numba import plan as kernel_plan
+from primtrace.executors.numba.plan import Plan, Store, dtype_name
 from primtrace.executors.numba.lowering import DTYPES, Backend
 from primtrace.ir.proxy import TensorProxy
 
@@ -52,17 +56,17 @@ class CudaBackend(Backend):
     _SIMPLE = {"ceil", "floor", "trunc", "rint", "fmod", "copysign"}
 
     def lib(self, fn, dtype, args):
-        from primtrace.executors.numba import gpulib
+        from primtrace.executors.numba.backends import libdevice
         reg = DTYPES[dtype].reg
         joined = ", ".join(args)
         if fn == "sigmoid":
             one = lowering.const(dtype, 1)
             return f"{one} / ({one} + {reg}(cl.exp_{reg}(-{joined})))"
-        if fn in gpulib.MATH_PRIMS:
+        if fn in libdevice.MATH_PRIMS:
             return f"{reg}(cl.{fn}_{reg}({joined}))"   # the cast: the simulator computes in f64
         return None
 
-    # float16: Numba's float16 (cvt.f32.f16, cvt.rn.f16.f32); bfloat16: gpulib's integer code
+    # float16: Numba's float16 (cvt.f32.f16, cvt.rn.f16.f32); bfloat16: libdevice.py's integer code
     def load(self, dtype, ref, strided=False):
         if dtype is torch.bool:
             return ref
@@ -108,16 +112,16 @@ import math
 from numpy import bool_, float16, float32, float64, int8, int16, int32, int64, uint8, uint16
 from numba import cuda
 
-from primtrace.executors.numba import gpulib as cl
+from primtrace.executors.numba.backends import libdevice as cl
 '''
 
 
 def _params(plan: Plan) -> list[str]:
     k = len(plan.sizes)
     params = ["n"] + [f"n{d}" for d in range(1, k)]
-    for op in codegen.memory_operands(plan):
+    for op in kernel_body.memory_operands(plan):
         params.append(op.name)
-        params += [name for name, _ in codegen.runtime_strides(op)]
+        params += [name for name, _ in kernel_body.runtime_strides(op)]
     if plan.zero_division:
         params.append("err")
     params += [s.name for s in plan.scalars]
@@ -128,8 +132,8 @@ def render_kernel(plan: Plan) -> str:
     k = len(plan.sizes)
     idx = [f"i{d}" for d in range(k)]
     body = ["zero_div = 0"]
-    body += codegen.body(plan, BACKEND, lambda op: "0", invariant=True)
-    body += codegen.zero_division_lines(plan, invariant=True)
+    body += kernel_body.body(plan, BACKEND, lambda op: "0", invariant=True)
+    body += kernel_body.zero_division_lines(plan, invariant=True)
     body.append("i = int64(cuda.blockIdx.x) * int64(cuda.blockDim.x) + int64(cuda.threadIdx.x)")
     body.append("step = int64(cuda.gridDim.x) * int64(cuda.blockDim.x)")
     body.append("while i < n:")
@@ -144,10 +148,10 @@ def render_kernel(plan: Plan) -> str:
         inner.append("i0 = rest")
 
     def offset(op):
-        return " + ".join(codegen.stride_terms(op, idx)) or "0"
-    inner += codegen.body(plan, BACKEND, offset, invariant=False)
-    inner += codegen.zero_division_lines(plan, invariant=False)
-    inner += codegen.store_lines(plan, BACKEND, offset)
+        return " + ".join(kernel_body.stride_terms(op, idx)) or "0"
+    inner += kernel_body.body(plan, BACKEND, offset, invariant=False)
+    inner += kernel_body.zero_division_lines(plan, invariant=False)
+    inner += kernel_body.store_lines(plan, BACKEND, offset)
     inner.append("i += step")
     body += ["    " + line for line in inner]
     if plan.zero_division:
@@ -187,23 +191,23 @@ def launcher_source(plan: Plan, region, fn_name: str) -> tuple[str, dict]:
     nin = len(region.inputs)
     env = {"torch": torch, "empty_strided": torch.empty_strided, "flat": _flat}
     lines = [f"def {fn_name}({', '.join(f'i{j}' for j in range(nin))}):"]
-    lines += codegen.alias_check_lines(plan, region, env)   # in-place writes vs aliases
+    lines += launch.alias_check_lines(plan, region, env)   # in-place writes vs aliases
     for s in plan.stores:
         if s.into_input is None:
             p = region.outputs[s.output]
             lines.append(f"    o{s.output} = empty_strided({tuple(p.shape)!r}, {tuple(p.stride())!r}, "
-                         f"dtype=torch.{codegen.dtype_name(p.dtype)}, device={str(p.device)!r})")
+                         f"dtype=torch.{dtype_name(p.dtype)}, device={str(p.device)!r})")
     if plan.numel > 0:
         call = [str(plan.numel)] + [str(n) for n in plan.sizes[1:]]
-        for op in codegen.memory_operands(plan):
+        for op in kernel_body.memory_operands(plan):
             if isinstance(op, Store):
                 j = op.into_input
                 tensor, proxy = (f"o{op.output}", region.outputs[op.output]) if j is None else \
                     (f"i{j}", region.inputs[j])
             else:
                 tensor, proxy = f"i{op.index}", op.proxy
-            call.append(f"flat({tensor}, {codegen.extent_bytes(proxy) // proxy.dtype.itemsize})")
-            call += [str(v) for _, v in codegen.runtime_strides(op)]
+            call.append(f"flat({tensor}, {launch.extent_bytes(proxy) // proxy.dtype.itemsize})")
+            call += [str(v) for _, v in kernel_body.runtime_strides(op)]
         if plan.zero_division:
             lines.append("    err = flag()")
             env["flag"] = _flag
@@ -222,7 +226,7 @@ def launcher_source(plan: Plan, region, fn_name: str) -> tuple[str, dict]:
         if plan.zero_division:
             lines.append("    if err[0] != 0:")
             lines.append('        raise RuntimeError("ZeroDivisionError")')
-    lines.append(f"    return {codegen.returns_text(plan)}")
+    lines.append(f"    return {launch.returns_text(plan)}")
     return "\n".join(lines), env
 
 
@@ -234,7 +238,7 @@ def _flag():
 
 
 def analyze(region) -> Plan:
-    return codegen.analyze(region, BACKEND)
+    return kernel_plan.analyze(region, BACKEND)
 
 
 def compile_region(region, fn_name: str = "numba_fusion"):
@@ -265,7 +269,7 @@ def ptx(region, cc=(9, 0)) -> str:
     key, module = cache.load_module(source, "cuda")
     argtypes = []
     for name in _params(plan):
-        op = next((o for o in codegen.memory_operands(plan) if o.name == name), None)
+        op = next((o for o in kernel_body.memory_operands(plan) if o.name == name), None)
         scalar = next((s for s in plan.scalars if s.name == name), None)
         if op is not None:
             argtypes.append(types.Array(_numba_storage(op.dtype), 1, "C"))

@@ -11,8 +11,8 @@ loads whose strides are all 0) are hoisted out of the loop.
 
 ``layout(plan)`` orders the dimensions as the outputs lie in memory and coalesces
 dimensions that are contiguous for every operand, so the inner loop is long and, for
-dense operands, unit-stride. The backends (``cpu.py``, ``cuda.py``) wrap the same lines in
-their own loops.
+dense operands, unit-stride. The backends (``backends/cpu.py``, ``backends/cuda.py``) wrap the
+same lines (``kernel_body.py``) in their own loops.
 """
 from __future__ import annotations
 
@@ -553,82 +553,6 @@ def _iter_strides(p, imap, shape) -> tuple:
     return tuple(strides)
 
 
-# --- the launcher's run-time overlap check ------------------------------------------------------
-def extent_bytes(p) -> int:
-    """Bytes from a tensor's first element to the end of its last (its strides are >= 0)."""
-    if math.prod(p.shape) == 0:
-        return 0
-    return (1 + sum((n - 1) * s for n, s in zip(p.shape, p.stride()))) * p.dtype.itemsize
-
-
-def alias_check_lines(plan: Plan, region, env: dict) -> list[str]:
-    """Launcher lines checking `plan.aliases`; `a<j>` then holds ``i<j>.data_ptr()``.
-
-    Why at run time: proxies have no memory, so whether ``x[1:]`` and ``x[:-1]`` overlap is
-    known only when the launcher sees the tensors. Shapes and strides are fixed per trace,
-    so the fast path is two address comparisons per pair against constant extents; only
-    operands whose byte ranges intersect (views of one storage) reach :func:`aliased`."""
-    if not plan.aliases:
-        return []
-    env["aliased"], env["unfused"] = aliased, unfused(region)
-    used = sorted({p for a in plan.aliases for p in (a.written, a.other)})
-    lines = [f"    a{j} = i{j}.data_ptr()" for j in used]
-    lines.append("    unsafe = False")
-    for a in plan.aliases:
-        w, o = a.written, a.other
-        ew, eo = extent_bytes(region.inputs[w]), extent_bytes(region.inputs[o])
-        lines.append(f"    if a{o} < a{w} + {ew} and a{w} < a{o} + {eo}:")
-        lines.append(f"        unsafe = aliased(i{w}, i{o}, {a.eager}, {a.strict}) or unsafe")
-    args = ", ".join(f"i{j}" for j in range(len(region.inputs)))
-    lines += ["    if unsafe:", f"        return unfused({args})"]
-    return lines
-
-
-def aliased(written, other, eager: bool, strict: bool) -> bool:
-    """The slow path for two operands whose byte ranges intersect: raise eager's error if
-    `other` is an operand of the in-place op and partially overlaps `written` (the check of
-    ``refs.out.check_overlap``, on the real tensors); otherwise, whether one kernel could
-    read memory another element's store already changed (anything but the identical view,
-    which reads and writes each element at the same address, unless `strict`)."""
-    identical = (written.data_ptr() == other.data_ptr() and written.shape == other.shape
-                 and written.stride() == other.stride()
-                 and written.element_size() == other.element_size())
-    if identical and not strict:
-        return False      # full overlap: eager allows it, the kernel reads before it writes
-    if eager:
-        from primtrace.refs.out import check_overlap   # executors do not import refs at load
-        check_overlap(written, (other,))
-    return True
-
-
-def unfused(region):
-    """The region's prims run one by one by torch, in trace order: what the launcher does
-    when its operands alias in a way one kernel cannot honour (``y[1:] += y[:-1] * 2``
-    reads the old ``y[:-1]`` through a temporary in eager; a kernel would read new values)."""
-    def run(*values):
-        env = {p.name: v for p, v in zip(region.inputs, values)}
-
-        def value(x):
-            if isinstance(x, Proxy):
-                return env[x.name]
-            if type(x) in (tuple, list):
-                return type(x)(value(y) for y in x)
-            return x
-        for node in region.nodes:
-            out = node.symbol(*value(node.args), **{k: value(v) for k, v in node.kwargs.items()})
-            outs = node.output_proxies
-            for p, v in zip(outs, out if len(outs) > 1 else (out,)):
-                env[p.name] = v
-        return tuple(env[p.name] for p in region.outputs)
-    return run
-
-
-def returns_text(plan: Plan) -> str:
-    """The launcher's return tuple: new outputs ``o<k>``, in-place results the input ``i<j>``."""
-    items = [f"o{k}" if kind == "new" else f"i{k}" for kind, k in plan.returns]
-    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
-
-
 def dtype_name(dtype) -> str:
     return str(dtype).replace("torch.", "")
 
@@ -671,66 +595,3 @@ def layout(plan: Plan) -> None:
     plan.sizes = tuple(sizes)
     for op, s in zip(operands, strides):
         op.strides = tuple(s)
-
-
-def stride_terms(op, index_vars: list[str], skip_inner=False) -> list[str]:
-    """The terms of an operand's element offset: ``i1`` for a unit inner stride,
-    ``i0 * in0_s0`` for a runtime stride, nothing for a stride of 0."""
-    k = len(op.strides)
-    terms = []
-    for d, s in enumerate(op.strides):
-        if skip_inner and d == k - 1:
-            continue
-        if s == 0:
-            continue
-        if d == k - 1 and s == 1:
-            terms.append(index_vars[d])
-        else:
-            terms.append(f"{index_vars[d]} * {op.name}_s{d}")
-    return terms
-
-
-def runtime_strides(op) -> list[tuple[str, int]]:
-    """(parameter name, value) of the strides the kernel takes as arguments."""
-    k = len(op.strides)
-    return [(f"{op.name}_s{d}", s) for d, s in enumerate(op.strides)
-            if s != 0 and not (d == k - 1 and s == 1)]
-
-
-def memory_operands(plan: Plan) -> list:
-    """Loads, then stores that do not share a load's pointer: one pointer argument each."""
-    return list(plan.loads) + [s for s in plan.stores if s.shares is None]
-
-
-def pointer_name(op) -> str:
-    return op.shares.name if isinstance(op, Store) and op.shares is not None else op.name
-
-
-def body(plan: Plan, backend: Backend, offset_of, invariant: bool) -> list[str]:
-    """The lines computing the values (invariant ones, or per-element ones)."""
-    out = []
-    for line in plan.lines:
-        if line.invariant != invariant:
-            continue
-        if line.load is not None:
-            ref = f"{line.load.name}[{offset_of(line.load)}]"
-            expr = backend.load(line.load.dtype, ref, strided=line.load.strides[-1] not in (0, 1))
-        else:
-            expr = line.expr
-        comment = f"  # {line.comment}" if line.comment else ""
-        out.append(f"{line.var} = {expr}{comment}")
-    return out
-
-
-def store_lines(plan: Plan, backend: Backend, offset_of) -> list[str]:
-    lines = []
-    for s in plan.stores:
-        ref = f"{pointer_name(s)}[{offset_of(s.shares or s)}]"
-        lines.append(f"{ref} = {backend.store(s.dtype, s.value)}")
-    return lines
-
-
-def zero_division_lines(plan: Plan, invariant: bool) -> list[str]:
-    """One counting statement (a parallel loop allows a single reduction update)."""
-    tests = [f"({d} == 0)" for d, inv in plan.zero_division if inv == invariant]
-    return [f"zero_div += {' | '.join(tests)}"] if tests else []

@@ -4,7 +4,7 @@ the CUDA simulator (whose libdevice functions are stubs that return None).
 Bit casts and math go through libdevice names rather than Numba device functions: a call
 to a device function makes Numba ask the current device for its compute capability, so
 kernels could not be compiled to PTX (``compile_ptx``) on a machine without a GPU.
-Imported only by CUDA kernels (and ``gpu.py``), i.e. only when CUDA is used.
+Imported only by CUDA kernels (and ``backends/cuda.py``), i.e. only when CUDA is used.
 """
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def _bf16_intrinsics():
     from numba.cuda import types
     from numba.cuda.extending import intrinsic
 
-    from primtrace.executors.numba import halfbits as hb
+    from primtrace.executors.numba.backends import halfbits as hb
 
     def float_in(builder, value):
         return builder.fptrunc(value, hb.ir.FloatType()) if value.type != hb.ir.FloatType() else value

@@ -8,7 +8,7 @@ same function on another size, share one compiled kernel.
 On disk, the source is written once to ``<dir>/pt_<backend>_<hash>.py`` and imported as a
 real module, so Numba's own ``cache=True`` stores the machine code next to it
 (``__pycache__``) and a second process loads it instead of compiling. The hash covers the
-source, the helper modules the kernels inline (``mathlib.fingerprint``), and the Numba and
+source, the modules the kernels inline or call (``helpers_fingerprint``), and the Numba and
 Python versions; an existing file is never rewritten (Numba's cache index is keyed by the
 file's timestamp). The directory is ``$PRIMTRACE_CACHE_DIR`` or
 ``$XDG_CACHE_HOME/primtrace`` (``~/.cache/primtrace``); if it cannot be written, a
@@ -28,6 +28,8 @@ kernel evicted while a process holds it keeps running there (its code is in memo
 """
 from __future__ import annotations
 
+import functools
+import glob
 import hashlib
 import importlib.util
 import os
@@ -75,11 +77,31 @@ def _writable_dir() -> str:
     return _fallback_dir
 
 
+#: what generated kernels inline or call by name besides their own source, relative to this
+#: package: the CPU helpers and vmath, the CUDA kernels' libdevice module. Hashed into every
+#: kernel's key and the name of the helpers' directory.
+KERNEL_LIBRARIES = ("backends/halfbits.py", "backends/mathlib.py", "backends/runtime.py",
+                    "backends/libdevice.py", "vmath/*.py")
+
+
+@functools.lru_cache(maxsize=None)
+def helpers_fingerprint() -> str:
+    """A hash of the sources of KERNEL_LIBRARIES: it changes when any of them changes."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    h = hashlib.sha256()
+    paths = sorted(p for pattern in KERNEL_LIBRARIES for p in glob.glob(os.path.join(here, pattern)))
+    for path in paths:
+        with open(path, "rb") as f:
+            h.update(os.path.relpath(path, here).encode() + f.read())
+    return h.hexdigest()[:16]
+
+
 def _fingerprint() -> str:
     import numba
-    from primtrace.executors.numba import mathlib
-    return (f"{numba.__version__}|{sys.version_info[:2]}|{mathlib.fingerprint()}"
-            f"|hw-f16={mathlib.HARDWARE_F16}")
+
+    from primtrace.executors.numba.backends import runtime
+    return (f"{numba.__version__}|{sys.version_info[:2]}|{helpers_fingerprint()}"
+            f"|hw-f16={runtime.HARDWARE_F16}")
 
 
 _FINGERPRINT: str | None = None
@@ -243,7 +265,7 @@ def _groups(directory: str, keep=()) -> dict[tuple, list]:
             add(("kernel", stem), e.path, st, used, stem in keep or young_tmp)
     if os.path.dirname(directory) == cache_dir() and os.path.basename(directory) == "kernels":
         helpers = os.path.join(cache_dir(), "helpers")
-        current = _current_helpers()
+        current = helpers_fingerprint()
         try:
             dirs = [e for e in os.scandir(helpers) if e.is_dir(follow_symlinks=False)]
         except OSError:
@@ -260,14 +282,6 @@ def _groups(directory: str, keep=()) -> dict[tuple, list]:
                     groups[key][1] += _disk_size(st)
                     groups[key][2] = max(groups[key][2], st.st_mtime)
     return groups
-
-
-def _current_helpers() -> str | None:
-    mathlib = sys.modules.get("primtrace.executors.numba.mathlib")
-    try:
-        return mathlib.fingerprint() if mathlib is not None else None
-    except Exception:
-        return None
 
 
 def _remove(paths: list[str]) -> None:

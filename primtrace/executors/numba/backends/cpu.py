@@ -13,7 +13,7 @@ functions chose (channels_last in, channels_last out), passes ``data_ptr()`` of 
 tensor, Python numbers and ``item()`` of 0-dim CPU tensors as scalars, and raises eager's
 ``RuntimeError("ZeroDivisionError")`` when the kernel counted an integer division by zero.
 A launcher that writes an input in place first checks that input against the others it
-reads or writes (``codegen.alias_check_lines``: eager's overlap error, or the region's
+reads or writes (``launch.alias_check_lines``: eager's overlap error, or the region's
 prims run unfused when one kernel would read values another element already wrote).
 """
 from __future__ import annotations
@@ -25,8 +25,9 @@ import sys
 
 import torch
 
-from primtrace.executors.numba import cache, codegen
-from primtrace.executors.numba.codegen import Plan, Store
+from primtrace.executors.numba import kernel_cache as cache
+from primtrace.executors.numba import kernel_body, launch
+from primtrace.executors.numba.plan import Plan, Store, analyze, dtype_name
 from primtrace.executors.numba.lowering import CPU, DTYPES
 from primtrace.ir.proxy import TensorProxy
 
@@ -49,8 +50,8 @@ import numpy as np
 from numpy import bool_, float32, float64, int8, int16, int32, int64, uint8, uint16
 from numba import prange
 
-from primtrace.executors.numba import mathlib as m
-from primtrace.executors.numba import runtime as rt
+from primtrace.executors.numba.backends import mathlib as m
+from primtrace.executors.numba.backends import runtime as rt
 '''
 
 
@@ -99,9 +100,9 @@ def _params(plan: Plan) -> list[str]:
     params = [f"n{d}" for d in range(k)]
     if k > 1:
         params += ["nblocks", "block"]
-    for op in codegen.memory_operands(plan):
+    for op in kernel_body.memory_operands(plan):
         params.append(f"{op.name}_addr")
-        params += [name for name, _ in codegen.runtime_strides(op)]
+        params += [name for name, _ in kernel_body.runtime_strides(op)]
     params += [s.name for s in plan.scalars]
     return params
 
@@ -112,21 +113,21 @@ def render_kernel(plan: Plan, name: str, loop: str) -> str:
     idx = _index_names(k)
     lines = [f"def {name}({', '.join(_params(plan))}):"]
     body = []
-    for op in codegen.memory_operands(plan):
+    for op in kernel_body.memory_operands(plan):
         storage = "bool" if op.dtype is torch.bool else DTYPES[op.dtype].storage
         body.append(f"{op.name} = rt.ptr_{storage}({op.name}_addr)")
     body.append("zero_div = 0")
-    body += codegen.body(plan, CPU, lambda op: "0", invariant=True)
-    body += codegen.zero_division_lines(plan, invariant=True)
+    body += kernel_body.body(plan, CPU, lambda op: "0", invariant=True)
+    body += kernel_body.zero_division_lines(plan, invariant=True)
     if k == 1:
         def offset(op):
-            return " + ".join(codegen.stride_terms(op, idx)) or "0"
+            return " + ".join(kernel_body.stride_terms(op, idx)) or "0"
         body.append(f"for i0 in {loop}(n0):")
         inner = "    "
     else:
         def offset(op):
             base = f"{op.name}_row" if any(op.strides[:-1]) else ""
-            inner_terms = [t for t in codegen.stride_terms(op, idx) if t.startswith(f"i{k - 1}")]
+            inner_terms = [t for t in kernel_body.stride_terms(op, idx) if t.startswith(f"i{k - 1}")]
             return " + ".join([t for t in (base, *inner_terms) if t]) or "0"
         body.append(f"for task in {loop}(({' * '.join(f'n{d}' for d in range(k - 1))}) * nblocks):")
         body.append("    row = task // nblocks")
@@ -137,17 +138,17 @@ def render_kernel(plan: Plan, name: str, loop: str) -> str:
             body.append(f"    row = row // n{d}")
         body.append("    i0 = row")
         for op in list(plan.loads) + [s for s in plan.stores if s.shares is None]:
-            terms = codegen.stride_terms(op, idx)[:]
+            terms = kernel_body.stride_terms(op, idx)[:]
             outer = [t for t in terms if not t.startswith(f"i{k - 1}")]
             if outer and any(op.strides[:-1]):
                 body.append(f"    {op.name}_row = {' + '.join(outer)}")
         body.append(f"    for i{k - 1} in range(lo, hi):")
         inner = "        "
-    per_element = codegen.body(plan, CPU, offset, invariant=False)
-    per_element += codegen.zero_division_lines(plan, invariant=False)
-    per_element += codegen.store_lines(plan, CPU, offset)
+    per_element = kernel_body.body(plan, CPU, offset, invariant=False)
+    per_element += kernel_body.zero_division_lines(plan, invariant=False)
+    per_element += kernel_body.store_lines(plan, CPU, offset)
     body += [inner + line for line in per_element]
-    for name in dict.fromkeys(codegen.pointer_name(s) for s in plan.stores):
+    for name in dict.fromkeys(kernel_body.pointer_name(s) for s in plan.stores):
         body.append(f"rt.keep({name})")   # the stores are the kernel's effect: keep them
     body.append("return zero_div")
     return "\n".join(lines + ["    " + line for line in body])
@@ -177,7 +178,7 @@ def work_per_element(plan: Plan) -> float:
 
 
 def choose_variant(plan: Plan) -> str:
-    from primtrace.executors.numba import threading as nthreading
+    from primtrace.executors.numba.backends import threads as nthreading
     if plan.numel * work_per_element(plan) < PARALLEL_WORK:
         return "kernel_serial"
     if nthreading.configure() and nthreading.num_threads() <= 1:
@@ -199,7 +200,7 @@ def blocks(plan: Plan, variant: str) -> tuple[int, int]:
     rows = math.prod(plan.sizes[:-1])
     if variant == "kernel_serial":
         return 1, max(inner, 1)
-    from primtrace.executors.numba import threading as nthreading
+    from primtrace.executors.numba.backends import threads as nthreading
     wanted = 8 * nthreading.num_threads()
     nblocks = max(1, min(-(-inner // BLOCK), -(-wanted // max(rows, 1))))
     return nblocks, -(-inner // nblocks)
@@ -211,12 +212,12 @@ def launcher_source(plan: Plan, region, variant: str, fn_name: str) -> tuple[str
     args = [f"i{j}" for j in range(nin)]
     env = {"torch": torch, "empty_strided": torch.empty_strided, "huge_pages": huge_pages}
     lines = [f"def {fn_name}({', '.join(args)}):"]
-    lines += codegen.alias_check_lines(plan, region, env)
+    lines += launch.alias_check_lines(plan, region, env)
     addresses = {a.written for a in plan.aliases} | {a.other for a in plan.aliases}
     for s in plan.stores:
         if s.into_input is None:
             p = region.outputs[s.output]
-            dt = f"torch.{codegen.dtype_name(p.dtype)}"
+            dt = f"torch.{dtype_name(p.dtype)}"
             alloc = (f"empty_strided({tuple(p.shape)!r}, {tuple(p.stride())!r}, dtype={dt}, "
                      f"device={str(p.device)!r})")
             if plan.numel * p.dtype.itemsize >= HUGE_OUTPUT_BYTES:
@@ -226,13 +227,13 @@ def launcher_source(plan: Plan, region, variant: str, fn_name: str) -> tuple[str
         call = [str(n) for n in plan.sizes]
         if len(plan.sizes) > 1:
             call += [str(x) for x in blocks(plan, variant)]
-        for op in codegen.memory_operands(plan):
+        for op in kernel_body.memory_operands(plan):
             j = op.into_input if isinstance(op, Store) else op.index
             if j in addresses:
                 call.append(f"a{j}")   # read by the overlap check already
             else:
                 call.append(f"{f'o{op.output}' if j is None else f'i{j}'}.data_ptr()")
-            call += [str(v) for _, v in codegen.runtime_strides(op)]
+            call += [str(v) for _, v in kernel_body.runtime_strides(op)]
         for s in plan.scalars:
             if s.input is not None:
                 p = region.inputs[s.input]
@@ -243,13 +244,13 @@ def launcher_source(plan: Plan, region, variant: str, fn_name: str) -> tuple[str
                 call.append(name)
         lines.append(f"    if kernel({', '.join(call)}):")
         lines.append('        raise RuntimeError("ZeroDivisionError")')
-    lines.append(f"    return {codegen.returns_text(plan)}")
+    lines.append(f"    return {launch.returns_text(plan)}")
     return "\n".join(lines), env
 
 
 def compile_region(region, fn_name: str = "numba_fusion"):
     """The callable running `region` on CPU tensors; carries ``.source`` and ``.kernel``."""
-    plan = codegen.analyze(region, CPU)
+    plan = analyze(region, CPU)
     module_source = render_module(plan)
     variant = choose_variant(plan) if plan.numel > 0 else "kernel_serial"
     launcher, env = launcher_source(plan, region, variant, fn_name)

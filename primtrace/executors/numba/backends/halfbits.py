@@ -6,7 +6,7 @@ arithmetic, compares, selects and a float add or multiply on 32-bit lanes: no br
 table, no call, so loops over uint16 arrays vectorize. Written as IR, not Python: Numba
 computes int32 arithmetic in 64 bits, and the vectorized loop then ran on 64-bit lanes
 (half the width, plus packing). The builders emit the same code for the CPU intrinsics
-here and for the CUDA ones in gpulib (bfloat16).
+here and for the CUDA ones in ``libdevice.py`` (bfloat16).
 
 Rounding is to nearest, ties to even, as torch's ``.to(torch.float16/bfloat16)``:
 overflow goes to +-inf, subnormals are produced exactly, NaN stays NaN (quiet, sign kept;

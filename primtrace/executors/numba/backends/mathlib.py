@@ -20,8 +20,9 @@ import numpy as np
 from numba import njit
 from numba.core.registry import CPUDispatcher
 
-from primtrace.executors.numba import halfbits
-from primtrace.executors.numba import runtime as rt
+from primtrace.executors.numba import kernel_cache
+from primtrace.executors.numba.backends import halfbits
+from primtrace.executors.numba.backends import runtime as rt
 
 _INLINE = dict(forceinline=True, error_model="numpy", nogil=True)  # LLVM-level inlining
 
@@ -72,11 +73,10 @@ def _helper_cache_class():
             self._py_file = py_file
 
         def get_cache_path(self):
-            from primtrace.executors.numba import cache
-            return os.path.join(cache.cache_dir(), "helpers", fingerprint())
+            return os.path.join(kernel_cache.cache_dir(), "helpers", kernel_cache.helpers_fingerprint())
 
         def get_source_stamp(self):
-            return fingerprint()
+            return kernel_cache.helpers_fingerprint()
 
         def get_disambiguator(self):
             return os.path.splitext(os.path.basename(self._py_file))[0]
@@ -124,25 +124,12 @@ def _closure_key(fn) -> str:
     return hashlib.sha256(pickle.dumps(stable(fn))).hexdigest()
 
 
-def _hardware_f16() -> bool:
-    """Whether LLVM converts float16 with one instruction each way here (x86 F16C:
-    vcvtph2ps, vcvtps2ph; vectorized): exact like the software path and several times
-    faster. PRIMTRACE_SOFT_HALF=1 forces software both ways."""
-    if os.environ.get("PRIMTRACE_SOFT_HALF", "0") != "0":
-        return False
-    try:
-        import llvmlite.binding as llvm
-        return "+f16c" in llvm.get_host_cpu_features().flatten().split(",")
-    except Exception:
-        return False
-
-
 # The conversions kernels call (m.f16_to_f32, ...): float32 in registers, 16-bit patterns
 # in memory; all intrinsics (LLVM IR, inlined). Encoders and roundings take float32 (a
 # float64 is rounded to float32 first, as torch converts float64 through float32).
 # bfloat16 has no instruction worth using (AVX512-BF16's vcvtneps2bf16 flushes subnormals):
 # halfbits' integer IR, on 32-bit lanes.
-HARDWARE_F16 = _hardware_f16()
+HARDWARE_F16 = rt.HARDWARE_F16
 if HARDWARE_F16:
     rt.provide_truncdfhf2()
     f16_to_f32, f32_to_f16, round_f16 = rt.f16_to_f32_hw, rt.f32_to_f16_hw, rt.round_f16_hw

@@ -14,6 +14,7 @@ Why these exist:
 """
 from __future__ import annotations
 
+import os
 
 import numpy as np
 from llvmlite import ir
@@ -44,6 +45,23 @@ ptr_int64 = _pointer_intrinsic(types.int64)
 ptr_uint16 = _pointer_intrinsic(types.uint16)   # float16 / bfloat16 bits
 ptr_float32 = _pointer_intrinsic(types.float32)
 ptr_float64 = _pointer_intrinsic(types.float64)
+
+
+def _hardware_f16() -> bool:
+    """Whether LLVM converts float16 with one instruction each way here (x86 F16C:
+    vcvtph2ps, vcvtps2ph; vectorized): exact like the software path and several times
+    faster. PRIMTRACE_SOFT_HALF=1 forces software both ways."""
+    if os.environ.get("PRIMTRACE_SOFT_HALF", "0") != "0":
+        return False
+    try:
+        import llvmlite.binding as llvm
+        return "+f16c" in llvm.get_host_cpu_features().flatten().split(",")
+    except Exception:
+        return False
+
+
+#: float16 conversions in hardware here (mathlib picks them; part of the kernel cache key)
+HARDWARE_F16 = _hardware_f16()
 
 
 # --- float16 <-> float32 in hardware (x86 F16C: vcvtph2ps / vcvtps2ph, vectorized by LLVM) ---

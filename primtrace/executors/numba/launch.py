@@ -1,0 +1,90 @@
+"""What every launcher does besides calling its kernel, shared by both backends.
+
+A launcher is the Python function a fused node calls: it allocates new outputs, passes
+addresses (CPU) or flat views (CUDA) and scalars to the kernel, and returns the region's
+outputs (:func:`returns_text`). One that writes an input in place first checks that input
+against the others it reads or writes (:func:`alias_check_lines`): eager's overlap error,
+or the region's prims run unfused (:func:`unfused`) when one kernel would read values
+another element's store already changed.
+"""
+from __future__ import annotations
+
+import math
+
+from primtrace.executors.numba.plan import Plan
+from primtrace.ir.proxy import Proxy
+
+
+def extent_bytes(p) -> int:
+    """Bytes from a tensor's first element to the end of its last (its strides are >= 0)."""
+    if math.prod(p.shape) == 0:
+        return 0
+    return (1 + sum((n - 1) * s for n, s in zip(p.shape, p.stride()))) * p.dtype.itemsize
+
+
+def alias_check_lines(plan: Plan, region, env: dict) -> list[str]:
+    """Launcher lines checking `plan.aliases`; `a<j>` then holds ``i<j>.data_ptr()``.
+
+    Why at run time: proxies have no memory, so whether ``x[1:]`` and ``x[:-1]`` overlap is
+    known only when the launcher sees the tensors. Shapes and strides are fixed per trace,
+    so the fast path is two address comparisons per pair against constant extents; only
+    operands whose byte ranges intersect (views of one storage) reach :func:`aliased`."""
+    if not plan.aliases:
+        return []
+    env["aliased"], env["unfused"] = aliased, unfused(region)
+    used = sorted({p for a in plan.aliases for p in (a.written, a.other)})
+    lines = [f"    a{j} = i{j}.data_ptr()" for j in used]
+    lines.append("    unsafe = False")
+    for a in plan.aliases:
+        w, o = a.written, a.other
+        ew, eo = extent_bytes(region.inputs[w]), extent_bytes(region.inputs[o])
+        lines.append(f"    if a{o} < a{w} + {ew} and a{w} < a{o} + {eo}:")
+        lines.append(f"        unsafe = aliased(i{w}, i{o}, {a.eager}, {a.strict}) or unsafe")
+    args = ", ".join(f"i{j}" for j in range(len(region.inputs)))
+    lines += ["    if unsafe:", f"        return unfused({args})"]
+    return lines
+
+
+def aliased(written, other, eager: bool, strict: bool) -> bool:
+    """The slow path for two operands whose byte ranges intersect: raise eager's error if
+    `other` is an operand of the in-place op and partially overlaps `written` (the check of
+    ``refs.out.check_overlap``, on the real tensors); otherwise, whether one kernel could
+    read memory another element's store already changed (anything but the identical view,
+    which reads and writes each element at the same address, unless `strict`)."""
+    identical = (written.data_ptr() == other.data_ptr() and written.shape == other.shape
+                 and written.stride() == other.stride()
+                 and written.element_size() == other.element_size())
+    if identical and not strict:
+        return False      # full overlap: eager allows it, the kernel reads before it writes
+    if eager:
+        from primtrace.refs.out import check_overlap   # executors do not import refs at load
+        check_overlap(written, (other,))
+    return True
+
+
+def unfused(region):
+    """The region's prims run one by one by torch, in trace order: what the launcher does
+    when its operands alias in a way one kernel cannot honour (``y[1:] += y[:-1] * 2``
+    reads the old ``y[:-1]`` through a temporary in eager; a kernel would read new values)."""
+    def run(*values):
+        env = {p.name: v for p, v in zip(region.inputs, values)}
+
+        def value(x):
+            if isinstance(x, Proxy):
+                return env[x.name]
+            if type(x) in (tuple, list):
+                return type(x)(value(y) for y in x)
+            return x
+        for node in region.nodes:
+            out = node.symbol(*value(node.args), **{k: value(v) for k, v in node.kwargs.items()})
+            outs = node.output_proxies
+            for p, v in zip(outs, out if len(outs) > 1 else (out,)):
+                env[p.name] = v
+        return tuple(env[p.name] for p in region.outputs)
+    return run
+
+
+def returns_text(plan: Plan) -> str:
+    """The launcher's return tuple: new outputs ``o<k>``, in-place results the input ``i<j>``."""
+    items = [f"o{k}" if kind == "new" else f"i{k}" for kind, k in plan.returns]
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
