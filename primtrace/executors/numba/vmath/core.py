@@ -343,10 +343,3 @@ INV_LN10 = "0.434294481903251827651128918916605082294397006"
 PI = "3.1415926535897932384626433832795028841971694"
 PI_2 = "1.5707963267948966192313216916397514420985847"
 PI_4 = "0.78539816339744830961566084581987572104929235"
-
-# ------------------------------------------------ old names, until every module is generic
-f32_bits = f64_bits = float_bits
-pow2i_f32, pow2i_f64 = FLOAT32.pow2i, FLOAT64.pow2i
-ldexp_f32, ldexp_f64 = FLOAT32.ldexp, FLOAT64.ldexp
-two_prod_f32, two_prod_f64 = FLOAT32.two_prod, FLOAT64.two_prod
-div_dd_f32, div_dd_f64 = FLOAT32.div_dd, FLOAT64.div_dd

@@ -192,9 +192,3 @@ def functions(d):
 
 #: Public functions of this module (vmath's VMATH entries).
 NAMES = ("erf", "erfc")
-
-# ------------------------------------------------ old names, until every module is generic
-from primtrace.executors.numba.vmath.core import FLOAT32  # noqa: E402
-
-erf_f32, erfc_f32 = functions(FLOAT32).erf, functions(FLOAT32).erfc
-erf_f64, erfc_f64 = functions(FLOAT64).erf, functions(FLOAT64).erfc

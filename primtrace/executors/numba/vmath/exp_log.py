@@ -353,11 +353,3 @@ def functions(d):
 
 #: Public functions of this module (vmath's VMATH entries).
 NAMES = ("exp", "exp_fast", "exp2", "expm1", "log", "log2", "log10", "log1p")
-
-# ------------------------------------------------ old names, until every module is generic
-from primtrace.executors.numba.vmath.core import DTYPES  # noqa: E402
-
-for _d in DTYPES:
-    for _n, _f in vars(functions(_d)).items():
-        globals()[f"{_n}_{_d.tag}"] = _f
-_exp_parts_f32, _exp_parts_f64 = globals()["exp_parts_f32"], globals()["exp_parts_f64"]

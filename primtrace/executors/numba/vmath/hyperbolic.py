@@ -237,10 +237,3 @@ def functions(d):
 
 #: Public functions of this module (vmath's VMATH entries).
 NAMES = ("sinh", "cosh", "tanh", "sigmoid", "asinh", "acosh", "atanh")
-
-# ------------------------------------------------ old names, until every module is generic
-from primtrace.executors.numba.vmath.core import FLOAT32, FLOAT64  # noqa: E402
-
-for _d in (FLOAT32, FLOAT64):
-    for _n in NAMES:
-        globals()[f"{_n}_{_d.tag}"] = getattr(functions(_d), _n)

@@ -150,9 +150,3 @@ def functions(d):
 
 #: Public functions of this module (vmath's VMATH entries).
 NAMES = ("atan", "atan2", "asin", "acos")
-
-# ------------------------------------------------ old names, until every module is generic
-from primtrace.executors.numba.vmath.core import FLOAT32, FLOAT64  # noqa: E402
-
-atan_f32, atan2_f32, asin_f32, acos_f32 = (getattr(functions(FLOAT32), n) for n in NAMES)
-atan_f64, atan2_f64, asin_f64, acos_f64 = (getattr(functions(FLOAT64), n) for n in NAMES)

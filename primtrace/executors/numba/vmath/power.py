@@ -139,8 +139,3 @@ def functions(d):
 
 #: Public functions of this module (vmath's VMATH entries).
 NAMES = ("pow",)
-
-# ------------------------------------------------ old names, until every module is generic
-from primtrace.executors.numba.vmath.core import FLOAT32  # noqa: E402
-
-pow_f32, pow_f64 = functions(FLOAT32).pow, functions(FLOAT64).pow

@@ -241,7 +241,3 @@ def functions(d):
 
 #: Public functions of this module (vmath's VMATH entries).
 NAMES = ("sin", "cos", "tan")
-
-# ------------------------------------------------ old names, until every module is generic
-sin_f32, cos_f32, tan_f32 = (getattr(_BY_DTYPE["f32"], n) for n in NAMES)
-sin_f64, cos_f64, tan_f64 = (getattr(_BY_DTYPE["f64"], n) for n in NAMES)
