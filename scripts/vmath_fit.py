@@ -8,8 +8,8 @@ Lawson's reweighted least squares on intervals containing 0, where the remaining
 are not a Haar system) so the rounding of the large low-order coefficients is absorbed by
 the small high-order ones.
 
-To regenerate (about 40 minutes on one core, mostly the Lawson refits of EXP, EXP2 and
-ERFC; needs mpmath, a sympy dependency, so present with torch)::
+To regenerate (about 6 minutes on the shared 2-core VM, mostly the Lawson refits of EXP,
+EXP2 and ERFC; needs mpmath, a sympy dependency, so present with torch)::
 
     python scripts/vmath_fit.py > primtrace/executors/numba/vmath/coeffs.py
 """
@@ -294,7 +294,7 @@ def main(names=None):
     print(HEADER)
     for name in names or [*PLAN, "ERF_PIECES"]:
         if name == "ERF_PIECES":
-            print(f"#: float32 erf above {ERF_F32_SMALL}: (lo, hi, m) per piece, then each\n"
+            print(f"\n#: float32 erf above {ERF_F32_SMALL}: (lo, hi, m) per piece, then each\n"
                   "#: piece's d0 + t*Q(t), t = |x| - m")
             pieces = erf_pieces_f32()
             bounds = tuple((lo, hi, m) for (lo, hi, _), (m, _, _) in
