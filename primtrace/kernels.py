@@ -28,7 +28,8 @@ def _last(jfn, stage: int):
 
 
 def _cuda_regions(jfn) -> list:
-    """(name, region) per fused region of `jfn`'s last optimized trace under the CUDA backend."""
+    """(name, region) per fused region of `jfn`'s last optimized trace under the CUDA backend
+    (each region carries the CUDA plan the partition made, ``region.plan``)."""
     from primtrace.executors.numba import NumbaFusionExecutor
     optimized = _last(jfn, 2)
     regions = NumbaFusionExecutor(_NAME, backend="cuda").partition(optimized)
@@ -50,14 +51,9 @@ def kernel_source(jfn, device: str = "cpu") -> str:
         sources = [(n.symbol.name, n.symbol.source) for n in execution.nodes
                    if n.symbol.kind is SymbolKind.FUSED and n.symbol.source]
     else:
-        from primtrace.executors.numba.backends import cuda as gpu
-        sources = []
-        for name, region in _cuda_regions(jfn):
-            plan = gpu.analyze(region)
-            head = [f"# {len(region.nodes)} prims fused; iteration shape {list(plan.shape)}, "
-                    f"coalesced to {list(plan.sizes)}; CUDA grid-stride kernel"]
-            head += [f"#   {line}" for line in plan.signature_text().splitlines()]
-            sources.append((name, "\n".join(head) + "\n" + gpu.render_kernel(plan)))
+        from primtrace.executors.numba.backends import cuda
+        sources = [(name, cuda.describe(region.plan, region) + "\n" + cuda.render_kernel(region.plan))
+                   for name, region in _cuda_regions(jfn)]
     return "\n\n".join(f"# {name}\n{source}" for name, source in sources)
 
 
@@ -73,8 +69,8 @@ def kernel_ptx(jfn, cc: tuple[int, int] = (9, 0)) -> dict[str, str]:
         import numba.cuda  # noqa: F401
     except ImportError as e:
         raise ImportError("primtrace.kernel_ptx needs numba-cuda (pip install numba-cuda)") from e
-    from primtrace.executors.numba.backends import cuda as gpu
-    return {name: gpu.ptx(region, cc) for name, region in _cuda_regions(jfn)}
+    from primtrace.executors.numba.backends import cuda
+    return {name: cuda.ptx(region, cc, region.plan) for name, region in _cuda_regions(jfn)}
 
 
 def clear_kernel_cache() -> int:

@@ -30,9 +30,9 @@ from typing import Callable
 import torch
 
 from primtrace import prims
-from primtrace.executors.numba import lowering
+from primtrace.executors.numba import ops as lowering
 from primtrace.executors.numba.backends import mathlib
-from primtrace.executors.numba.lowering import DTYPES, Emitter
+from primtrace.executors.numba.ops import DTYPES, Emitter
 from tests.conformance.harness import values_match
 
 ALL = tuple(DTYPES)

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from primtrace import prims
-from primtrace.executors.numba import lowering
+from primtrace.executors.numba import ops as lowering
 from primtrace.executors.numba.backends import cpu
 from tests.numba import special_values as sv
 from tests.numba.helpers import execution, fused, fused_nodes

@@ -16,36 +16,45 @@ same cycle check) with what one elementwise kernel needs:
 
 Merges are retried until nothing changes (a merge can become valid once a third node has
 joined), then groups of the same shape that read a common input are merged too, so the
-input is read once. A node the backend cannot lower (complex dtypes, special functions
-without a Numba lowering, opaque nodes) is never claimed: the torch executor runs it and
-the fused regions form around it.
+input is read once. What fuses is the op table's (``ops.py``): a node without a row there
+or that its backend cannot lower on its dtype (complex dtypes, special functions without a
+Numba lowering, opaque nodes) is never claimed: the torch executor runs it and the fused
+regions form around it. Each region is then planned once (``plan.py``); one the planner
+rejects as a whole stays unfused, and ``compile`` renders the plan the partition made.
 """
 from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
 
 import torch
 
 from primtrace.executors.base import FusionExecutor, Region, creates_cycle, dependency_graph
-from primtrace.executors.numba import lowering
-from primtrace.executors.numba.plan import NotFusible, is_number, node_args
+from primtrace.executors.numba import ops
+from primtrace.executors.numba import plan as kernel_plan
+from primtrace.executors.numba.plan import NotFusible, Plan, is_number, node_args
+from primtrace.executors.numba.registers import NUMBER_DTYPE, supported
 from primtrace.ir.proxy import NumberProxy, TensorProxy
 from primtrace.ir.symbol import SymbolKind
 from primtrace.ir.trace import Node, Trace
 from primtrace.ir.tree import proxies_in
 
-_STRUCTURAL = {"convert_element_type", "broadcast_in_dim", "where", "full", "copy_to"}
 #: Regions joined only by an ordering edge (two in-place updates of different tensors, as
 #: in an optimizer step over several parameters) share no data: one kernel saves launches,
 #: which pays below this many elements; above it the extra memory streams of one loop cost
 #: more (AdamW over 8 x 2M-element parameters: 1.07-1.22x torch.compile as one kernel,
 #: 0.99x as one kernel per parameter).
 ORDER_MERGE_MAX_ELEMENTS = 1 << 16
-_NO_WORK = {"broadcast_in_dim", "full"}
-#: backends, by device type ("cuda" needs numba.cuda, imported only when asked for)
-BACKEND_ENV = "PRIMTRACE_NUMBA_BACKEND"   # "cuda": run CPU tensors through the CUDA backend
-                                          # (only under NUMBA_ENABLE_CUDASIM, for tests)
+#: "cuda": run CPU tensors through the CUDA backend (only under NUMBA_ENABLE_CUDASIM, for
+#: tests); CUDA tensors always take it (numba.cuda is imported only then)
+BACKEND_ENV = "PRIMTRACE_NUMBA_BACKEND"
+
+
+@dataclass
+class PlannedRegion(Region):
+    """A region with the kernel plan its partition made: compile renders that plan."""
+    plan: Plan | None = None
 
 
 def _device_type(node: Node) -> str | None:
@@ -73,16 +82,19 @@ class NumbaFusionExecutor(FusionExecutor):
 
     # --- what may fuse ----------------------------------------------------------------------
     def can_fuse(self, node: Node) -> bool:
+        """Whether `node` is a prim with a row in the op table (ops.py) that the backend for
+        its device lowers on its dtype, with arguments a kernel can take."""
         sym = node.symbol
-        if sym.kind is not SymbolKind.PRIM:
+        row = ops.OPS.get(sym.name)
+        if sym.kind is not SymbolKind.PRIM or row is None:
             return False
         device = _device_type(node)
         if device is None or not self._device_ok(device):
             return False
         for p in proxies_in((node.args, node.kwargs, node.outputs)):
-            if isinstance(p, TensorProxy) and not lowering.supported(p.dtype):
+            if isinstance(p, TensorProxy) and not supported(p.dtype):
                 return False
-            if isinstance(p, NumberProxy) and p.python_type not in lowering.NUMBER_DTYPE:
+            if isinstance(p, NumberProxy) and p.python_type not in NUMBER_DTYPE:
                 return False
         try:
             args = node_args(node)
@@ -93,24 +105,17 @@ class NumbaFusionExecutor(FusionExecutor):
                 return False
             if isinstance(a, complex):
                 return False
-        name = sym.name
-        if name in _STRUCTURAL:
-            if name == "convert_element_type":
-                return isinstance(args[0], TensorProxy) and lowering.supported(args[1])
-            if name == "copy_to":
-                return all(isinstance(a, TensorProxy) for a in args)
-            return True
-        if "elementwise" not in sym.tags:
-            return False
+        if row.structural:
+            return row.fusible is None or row.fusible(args)
         tensors = [a for a in args if isinstance(a, TensorProxy)]
-        if not tensors or len(args) not in (1, 2) or not all(
+        if not tensors or len(args) != row.arity or not all(
                 isinstance(a, TensorProxy) or is_number(a) for a in args):
             return False
         if self.cost_model and device == "cpu" and self.backend != "cuda":
             from primtrace.executors.numba import cost
-            if cost.slow_on_cpu(name, tensors[0].dtype):
+            if cost.slow_on_cpu(sym.name, tensors[0].dtype):
                 return False
-        return self._backend_lowers(name, tensors[0].dtype, len(args), device)
+        return ops.lowerable(self._backend(device), sym.name, tensors[0].dtype, len(args))
 
     def _device_ok(self, device: str) -> bool:
         if self.backend == "cuda":   # forced (simulator tests, PTX checks): any device
@@ -118,15 +123,16 @@ class NumbaFusionExecutor(FusionExecutor):
         if device == "cpu":
             return True
         if device == "cuda":
-            from primtrace.executors.numba.backends import cuda as ncuda
-            return ncuda.available()
+            from primtrace.executors.numba.backends import cuda
+            return cuda.available()
         return False
 
-    def _backend_lowers(self, name, dtype, arity, device) -> bool:
+    def _backend(self, device: str):
+        """The Backend (ops.py) whose spellings kernels for `device` use."""
         if self._backend_for(device) == "cuda":
-            from primtrace.executors.numba.backends import cuda as ncuda
-            return ncuda.lowers(name, dtype, arity)
-        return lowering.lowerable(lowering.CPU, name, dtype, arity)
+            from primtrace.executors.numba.backends import cuda
+            return cuda.BACKEND
+        return ops.CPU
 
     def _backend_for(self, device: str) -> str:
         if device == "cuda" or self.backend == "cuda":
@@ -168,7 +174,7 @@ class NumbaFusionExecutor(FusionExecutor):
             shapes, devices, work = set(), set(), False
             for i in m:
                 n = nodes[i]
-                work = work or n.symbol.name not in _NO_WORK
+                work = work or ops.OPS[n.symbol.name].work
                 for p in n.output_proxies:
                     leaves = (p.name in returned or bool(consumers.get(p.name, set()) - m)
                               or n.symbol.name == "copy_to")   # a write is always observable
@@ -221,8 +227,11 @@ class NumbaFusionExecutor(FusionExecutor):
             if len(m) < self.min_region_size or not valid(m):
                 continue
             region = Region.from_nodes(trace, [nodes[i] for i in sorted(m)])
-            if self._plannable(region):
-                regions.append(region)
+            try:   # the region as a whole: what no single node shows (plan.py's NotFusible)
+                plan = kernel_plan.analyze(region, self._backend(self._device_of(region)))
+            except NotFusible:
+                continue
+            regions.append(PlannedRegion(region.nodes, region.inputs, region.outputs, plan))
         regions.sort(key=lambda r: nodes.index(r.nodes[0]))
         return regions
 
@@ -241,27 +250,14 @@ class NumbaFusionExecutor(FusionExecutor):
                    if isinstance(p, TensorProxy)}
         return devices.pop() if len(devices) == 1 else "cpu"
 
-    def _plannable(self, region: Region) -> bool:
-        """A safety net behind can_fuse: a region the code generator rejects stays unfused."""
-        from primtrace.executors.numba import plan as kernel_plan
-        if self._backend_for(self._device_of(region)) == "cuda":
-            from primtrace.executors.numba.backends import cuda as ncuda
-            backend, scalar_devices = ncuda.BACKEND, ("cpu",)
-        else:
-            backend, scalar_devices = lowering.CPU, ("cpu",)
-        try:
-            kernel_plan.analyze(region, backend, scalar_devices)
-        except NotFusible:
-            return False
-        return True
-
     def compile(self, region: Region):
-        device = self._device_of(region)
-        if self._backend_for(device) == "cuda":
-            from primtrace.executors.numba.backends import cuda as ncuda
-            return ncuda.compile_region(region, self.name)
+        """The region's callable, from the plan partition made (or a new one)."""
+        plan = region.plan if isinstance(region, PlannedRegion) else None
+        if self._backend_for(self._device_of(region)) == "cuda":
+            from primtrace.executors.numba.backends import cuda
+            return cuda.compile_region(region, self.name, plan)
         from primtrace.executors.numba.backends import cpu
-        return cpu.compile_region(region, self.name)
+        return cpu.compile_region(region, self.name, plan)
 
 
 def kernel_sources(trace: Trace) -> dict[str, str]:

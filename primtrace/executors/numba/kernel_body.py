@@ -5,7 +5,7 @@ loops and spell loads, stores and half roundings their own way (``Backend``).
 """
 from __future__ import annotations
 
-from primtrace.executors.numba.lowering import Backend
+from primtrace.executors.numba.ops import Backend
 from primtrace.executors.numba.plan import Plan, Store
 
 

@@ -78,10 +78,18 @@ def _writable_dir() -> str:
 
 
 #: what generated kernels inline or call by name besides their own source, relative to this
-#: package: the CPU helpers and vmath, the CUDA kernels' libdevice module. Hashed into every
-#: kernel's key and the name of the helpers' directory.
-KERNEL_LIBRARIES = ("backends/halfbits.py", "backends/mathlib.py", "backends/runtime.py",
-                    "backends/libdevice.py", "vmath/*.py")
+#: package: the op table (which function each prim calls, libm spellings, libdevice names),
+#: the CPU helpers and vmath, the CUDA kernels' libdevice module. Hashed into every kernel's
+#: key and the name of the helpers' directory: a change to any of them recompiles.
+KERNEL_LIBRARIES = ("ops.py", "backends/f16range.py", "backends/halfbits.py",
+                    "backends/mathlib.py", "backends/runtime.py", "backends/libdevice.py",
+                    "vmath/*.py")
+
+
+def kernel_library_files() -> list[str]:
+    """The files of KERNEL_LIBRARIES, sorted."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    return sorted(p for pattern in KERNEL_LIBRARIES for p in glob.glob(os.path.join(here, pattern)))
 
 
 @functools.lru_cache(maxsize=None)
@@ -89,8 +97,7 @@ def helpers_fingerprint() -> str:
     """A hash of the sources of KERNEL_LIBRARIES: it changes when any of them changes."""
     here = os.path.dirname(os.path.abspath(__file__))
     h = hashlib.sha256()
-    paths = sorted(p for pattern in KERNEL_LIBRARIES for p in glob.glob(os.path.join(here, pattern)))
-    for path in paths:
+    for path in kernel_library_files():
         with open(path, "rb") as f:
             h.update(os.path.relpath(path, here).encode() + f.read())
     return h.hexdigest()[:16]

@@ -22,8 +22,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from primtrace.executors.numba import lowering
-from primtrace.executors.numba.lowering import DTYPES, NUMBER_DTYPE, Backend, Emitter
+from primtrace.executors.numba import ops
+from primtrace.executors.numba.ops import Backend
+from primtrace.executors.numba.registers import (DTYPES, NUMBER_DTYPE, Emitter, category, convert,
+                                                 half_source, supported)
 from primtrace.ir.proxy import NumberProxy, Proxy, TensorProxy, is_real_tensor
 
 
@@ -108,18 +110,10 @@ class Plan:
 
 
 # --- argument access --------------------------------------------------------------------------
-_PARAMS = {
-    "convert_element_type": ("a", "dtype"),
-    "broadcast_in_dim": ("a", "shape", "broadcast_dimensions"),
-    "full": ("shape", "fill_value", "dtype", "device"),
-    "where": ("pred", "a", "b"),
-    "copy_to": ("dst", "src"),
-}
-
-
 def node_args(node) -> list:
     """The node's arguments by position (keywords placed where the prim names them)."""
-    names = _PARAMS.get(node.symbol.name)
+    row = ops.OPS.get(node.symbol.name)
+    names = row.params if row is not None else None
     args = list(node.args)
     if names is None:
         if node.kwargs:
@@ -139,7 +133,7 @@ def is_number(x) -> bool:
 
 def _is_constant_tensor(x) -> bool:
     return (is_real_tensor(x) and x.ndim == 0 and x.device.type == "cpu"
-            and lowering.supported(x.dtype))
+            and supported(x.dtype))
 
 
 def _number_type(x) -> type:
@@ -164,7 +158,7 @@ def _rounded_to_half(region) -> set[str]:
 
 
 class _Analyzer:
-    def __init__(self, region, backend: Backend, scalar_devices=("cpu",)):
+    def __init__(self, region, backend: Backend):
         self.region, self.backend = region, backend
         self.producer = {p.name: n for n in region.nodes for p in n.output_proxies}
         self.input_pos = {p.name: i for i, p in enumerate(region.inputs)}
@@ -177,7 +171,6 @@ class _Analyzer:
         if len(devices) != 1:
             raise NotFusible(f"outputs on several devices {devices}")
         self.plan = Plan(shape=shapes.pop(), device=devices.pop())
-        self.scalar_devices = scalar_devices
         self.memo: dict = {}      # (proxy name, imap) -> (var, dtype, invariant)
         self.converted: dict = {}  # (scalar name, dtype) -> var
         self.consts: dict = {}
@@ -241,7 +234,7 @@ class _Analyzer:
         key = (s.name, dtype)
         if key not in self.converted:
             src = NUMBER_DTYPE[s.python_type]
-            self.converted[key] = self.emit(lowering.convert(em, s.name, src, dtype), True,
+            self.converted[key] = self.emit(convert(em, s.name, src, dtype), True,
                                             f"{s.name} as {dtype}".replace("torch.", ""))
         return self.converted[key]
 
@@ -275,20 +268,17 @@ class _Analyzer:
             raise NotFusible(f"input {p.name} used as a tensor")
         if DTYPES.get(p.dtype) is None:
             raise NotFusible(f"dtype {p.dtype}")
-        if p.ndim == 0 and p.device.type in self.scalar_devices:
+        if p.ndim == 0 and p.device.type == "cpu":   # a scalar argument (CUDA: a load too)
             s = self.scalar_input(p, pos)
             src = NUMBER_DTYPE[s.python_type]
             em = self.emitter([True])
-            var = self.emit(lowering.convert(em, s.name, src, p.dtype), True,
+            var = self.emit(convert(em, s.name, src, p.dtype), True,
                             f"{s.name} as {dtype_name(p.dtype)}")
             return var, p.dtype, True
         if p.device != self.plan.device:
             raise NotFusible(f"{p.name} on {p.device}, region on {self.plan.device}")
-        strides = [0] * len(self.plan.shape)
-        for k, d in enumerate(imap):
-            if d is not None:
-                strides[d] += p.stride()[k]
-        load = Load(f"in{len(self.plan.loads)}", pos, p, tuple(strides))
+        strides = _iter_strides(p, imap, self.plan.shape)
+        load = Load(f"in{len(self.plan.loads)}", pos, p, strides)
         invariant = not any(strides)
         load.var = f"x{len(self.plan.loads)}"
         if p.dtype is torch.float16:
@@ -316,57 +306,66 @@ class _Analyzer:
 
     def _node(self, node, p, imap):
         name = node.symbol.name
+        row = ops.OPS.get(name)
+        if row is None:
+            raise NotFusible(f"{name} has no row in the op table")
+        if DTYPES.get(p.dtype) is None:
+            raise NotFusible(f"dtype {p.dtype}")
         args = node_args(node)
-        out_dtype = p.dtype
-        comment = f"{name}"
-        if DTYPES.get(out_dtype) is None:
-            raise NotFusible(f"dtype {out_dtype}")
-        if name == "broadcast_in_dim":
-            a, shape, dims = args
-            inner = tuple(None if a.shape[i] == 1 else imap[d] for i, d in enumerate(dims))
-            return self.value(a, inner)
-        if name == "copy_to":
-            dst, src = args
-            if is_number(src):
-                return self.number(src, out_dtype, self.emitter([True])), out_dtype, True
-            return self.value(src, () if src.ndim == 0 else imap)
-        if name == "full":
-            shape, fill = args[0], args[1]
-            return self.number(fill, out_dtype, self.emitter([True])), out_dtype, True
-        if name == "convert_element_type":
-            a, dtype = args
-            var, src_dtype, inv = self.value(a, () if a.ndim == 0 else imap)
-            if DTYPES.get(src_dtype) is None:
-                raise NotFusible(f"dtype {src_dtype}")
-            box = [inv]
-            comment = f"convert_element_type to {dtype_name(dtype)}"
-            raw = lowering.half_source(var, src_dtype, dtype)
-            expr = lowering.convert(self.emitter(box), var, src_dtype, dtype)
-            if expr == var:
-                return var, dtype, inv
-            out = self.emit_rounded(dtype, raw, inv, comment) if raw is not None else \
-                self.emit(expr, inv, comment)
-            if dtype is torch.float16:
-                self.half_values.add(out)
-            if DTYPES[dtype].kind == "h":
-                self.half_held.add(out)
-            return out, dtype, inv
-        if name == "where":
-            pred, a, b = args
-            operand_dtype = out_dtype
-            box = [True]
-            em = self.emitter(box)
-            pv, pinv = self._operand(pred, torch.bool, imap, em)
-            av, ainv = self._operand(a, operand_dtype, imap, em)
-            bv, binv = self._operand(b, operand_dtype, imap, em)
-            inv = pinv and ainv and binv
-            return self.emit(f"{av} if {pv} else {bv}", inv, comment), out_dtype, inv
-        # table-generated elementwise prims
+        if row.structural:
+            return getattr(self, name)(args, p.dtype, imap)
+        return self.elementwise(row, args, p, imap)
+
+    # structural prims: one method per structural row of the op table
+    def broadcast_in_dim(self, args, out_dtype, imap):
+        a, shape, dims = args
+        inner = tuple(None if a.shape[i] == 1 else imap[d] for i, d in enumerate(dims))
+        return self.value(a, inner)
+
+    def copy_to(self, args, out_dtype, imap):
+        dst, src = args
+        if is_number(src):
+            return self.number(src, out_dtype, self.emitter([True])), out_dtype, True
+        return self.value(src, () if src.ndim == 0 else imap)
+
+    def full(self, args, out_dtype, imap):
+        return self.number(args[1], out_dtype, self.emitter([True])), out_dtype, True
+
+    def convert_element_type(self, args, out_dtype, imap):
+        a, dtype = args
+        var, src_dtype, inv = self.value(a, () if a.ndim == 0 else imap)
+        if DTYPES.get(src_dtype) is None:
+            raise NotFusible(f"dtype {src_dtype}")
+        comment = f"convert_element_type to {dtype_name(dtype)}"
+        raw = half_source(var, src_dtype, dtype)
+        expr = convert(self.emitter([inv]), var, src_dtype, dtype)
+        if expr == var:
+            return var, dtype, inv
+        out = self.emit_rounded(dtype, raw, inv, comment) if raw is not None else \
+            self.emit(expr, inv, comment)
+        if dtype is torch.float16:
+            self.half_values.add(out)
+        if DTYPES[dtype].kind == "h":
+            self.half_held.add(out)
+        return out, dtype, inv
+
+    def where(self, args, out_dtype, imap):
+        pred, a, b = args
+        em = self.emitter([True])
+        pv, pinv = self._operand(pred, torch.bool, imap, em)
+        av, ainv = self._operand(a, out_dtype, imap, em)
+        bv, binv = self._operand(b, out_dtype, imap, em)
+        inv = pinv and ainv and binv
+        return self.emit(f"{av} if {pv} else {bv}", inv, "where"), out_dtype, inv
+
+    # elementwise prims: the row's lowering, or one of its variants
+    def elementwise(self, row, args, p, imap):
+        name, out_dtype = row.prim, p.dtype
         tensors = [x for x in args if isinstance(x, TensorProxy)]
-        if not tensors or len(args) not in (1, 2):
+        if not tensors or len(args) != row.arity:
             raise NotFusible(f"{name} with arguments {args}")
         dtype = tensors[0].dtype
-        if DTYPES.get(dtype) is None or lowering.find(name, dtype, len(args)) is None:
+        if DTYPES.get(dtype) is None or ops.find(name, dtype, len(args)) is None:
             raise NotFusible(f"{name} on {dtype}")
         # the operands first (their lines precede this node's temporaries)
         regs, inv = [], True
@@ -377,26 +376,24 @@ class _Analyzer:
                 r, i = self._operand(x, dtype, imap, None)
                 regs.append(r)
                 inv = inv and i
-        box = [inv]
-        special = lowering.F16_RANGE.get(name)
-        if special and dtype in (torch.float16, torch.float32) and regs[0] in self.half_values and \
-                lowering.lowerable(self.backend, special, dtype, 1):
-            name = special       # |x| <= 65504: a cheaper argument reduction is exact
-        cheaper = lowering.HALF_RESULT.get(name)
-        if cheaper and regs[0] in self.half_held and (
+        variant = name
+        if row.f16_range and dtype in (torch.float16, torch.float32) and regs[0] in self.half_values \
+                and ops.lowerable(self.backend, row.f16_range.name, dtype, 1):
+            variant = row.f16_range.name   # |x| <= 65504: a cheaper argument reduction is exact
+        if row.half_result and regs[0] in self.half_held and (
                 DTYPES[out_dtype].kind == "h" or p.name in self.rounded_to_half) and \
-                lowering.lowerable(self.backend, cheaper, dtype, 1):
-            name = cheaper       # the half rounding next hides its extra error
-        if name == "pow" and lowering.category(dtype) == "f" and (
+                ops.lowerable(self.backend, row.half_result.name, dtype, 1):
+            variant = row.half_result.name   # the half rounding next hides its extra error
+        if row.scalar_exponent and category(dtype) == "f" and (
                 type(args[1]) in (int, float) or isinstance(args[1], NumberProxy)):
-            name = "pow_scalar"   # torch.pow(tensor, number) special-cases some exponents
+            variant = f"{name}_scalar"   # torch.pow(tensor, number) special-cases some exponents
             # (a 0-dim tensor exponent takes the tensor-tensor kernel: plain pow)
-        expr = lowering.lower(self.emitter(box), name, dtype, out_dtype, regs, round_half=False)
+        expr = ops.lower(self.emitter([inv]), variant, dtype, out_dtype, regs, round_half=False)
         if expr is None:
-            raise NotFusible(f"{name} on {dtype} has no lowering for {self.backend.name}")
+            raise NotFusible(f"{variant} on {dtype} has no lowering for {self.backend.name}")
         if DTYPES[out_dtype].kind == "h":
-            return self.emit_rounded(out_dtype, expr, inv, comment), out_dtype, inv
-        return self.emit(expr, inv, comment), out_dtype, inv
+            return self.emit_rounded(out_dtype, expr, inv, name), out_dtype, inv
+        return self.emit(expr, inv, name), out_dtype, inv
 
     # outputs
     def resolve(self, proxy):
@@ -524,6 +521,11 @@ class _Analyzer:
         return p
 
 
+_UNPLANNED = [row.prim for row in ops.ROWS if row.structural and not callable(getattr(_Analyzer, row.prim, None))]
+if _UNPLANNED:
+    raise ops.OpTableError(f"op table: structural rows without a planner method: {_UNPLANNED}")
+
+
 def fold_store_roundings(plan: Plan) -> None:
     """A value rounded to a half dtype only to be stored in that dtype is stored unrounded:
     the store's conversion rounds it, and rounding a value already on the half grid again
@@ -546,6 +548,8 @@ def fold_store_roundings(plan: Plan) -> None:
 
 
 def _iter_strides(p, imap, shape) -> tuple:
+    """`p`'s element strides over the iteration dims of `shape`, seen through index map
+    `imap` (a broadcast dim, None, has stride 0)."""
     strides = [0] * len(shape)
     for k, d in enumerate(imap):
         if d is not None:
@@ -561,9 +565,9 @@ def dtype_text(p) -> str:
     return f"{dtype_name(p.dtype)}{list(p.shape)}"
 
 
-def analyze(region, backend: Backend, scalar_devices=("cpu",)) -> Plan:
+def analyze(region, backend: Backend) -> Plan:
     """The kernel plan of `region`; raises NotFusible for what the backend cannot compile."""
-    plan = _Analyzer(region, backend, scalar_devices).run()
+    plan = _Analyzer(region, backend).run()
     layout(plan)
     return plan
 

@@ -25,10 +25,10 @@ import sys
 
 import torch
 
-from primtrace.executors.numba import kernel_cache as cache
-from primtrace.executors.numba import kernel_body, launch
+from primtrace.executors.numba import kernel_body, kernel_cache, launch
+from primtrace.executors.numba.ops import CPU
 from primtrace.executors.numba.plan import Plan, Store, analyze, dtype_name
-from primtrace.executors.numba.lowering import CPU, DTYPES
+from primtrace.executors.numba.registers import DTYPES
 from primtrace.ir.proxy import TensorProxy
 
 #: estimated work (elements x per-element cost in simple-op units, see work_per_element)
@@ -248,15 +248,16 @@ def launcher_source(plan: Plan, region, variant: str, fn_name: str) -> tuple[str
     return "\n".join(lines), env
 
 
-def compile_region(region, fn_name: str = "numba_fusion"):
-    """The callable running `region` on CPU tensors; carries ``.source`` and ``.kernel``."""
-    plan = analyze(region, CPU)
+def compile_region(region, fn_name: str = "numba_fusion", plan: Plan | None = None):
+    """The callable running `region` on CPU tensors (`plan`: its plan for the CPU backend,
+    made here if not given); carries ``.source`` and ``.kernel``."""
+    plan = plan or analyze(region, CPU)
     module_source = render_module(plan)
     variant = choose_variant(plan) if plan.numel > 0 else "kernel_serial"
     launcher, env = launcher_source(plan, region, variant, fn_name)
     if plan.numel > 0:
-        key, module = cache.load_module(module_source, "cpu")
-        env["kernel"] = cache.compiled(key, module, variant, _njit(variant == "kernel_parallel"))
+        key, module = kernel_cache.load_module(module_source, "cpu")
+        env["kernel"] = kernel_cache.compiled(key, module, variant, _njit(variant == "kernel_parallel"))
     code = compile(launcher, f"<primtrace {fn_name}>", "exec")
     exec(code, env)
     fn = env[fn_name]

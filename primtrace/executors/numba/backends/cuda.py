@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import torch
 
-from primtrace.executors.numba import lowering
-from primtrace.executors.numba import kernel_cache as cache
-from primtrace.executors.numba import kernel_body, launch
+from primtrace.executors.numba import kernel_body, kernel_cache, launch, ops
 from primtrace.executors.numba import plan as kernel_plan
+from primtrace.executors.numba.ops import Backend
 from primtrace.executors.numba.plan import Plan, Store, dtype_name
-from primtrace.executors.numba.lowering import DTYPES, Backend
+from primtrace.executors.numba.registers import DTYPES
 from primtrace.ir.proxy import TensorProxy
 
 THREADS = 256
@@ -52,47 +51,28 @@ def available() -> bool:
 
 
 class CudaBackend(Backend):
+    """The CUDA spellings: libdevice math as ``cl.<name>_<reg>`` (or the table's expression),
+    float16 through Numba's float16 (cvt.f32.f16, cvt.rn.f16.f32), bfloat16 through
+    libdevice.py's integer code, the GPU's float -> int conversion (as eager CUDA does), and
+    no runtime loops: integer pow, gcd and lcm stay in torch."""
     name = "cuda"
-    _SIMPLE = {"ceil", "floor", "trunc", "rint", "fmod", "copysign"}
+    LOAD = {torch.float16: "float32({})", torch.bfloat16: "cl.bf16_to_f32({})"}
+    STRIDED_LOAD = {}
+    STORE = {torch.float16: "float16({})", torch.bfloat16: "cl.f32_to_bf16({})"}
+    ROUND = {torch.float16: "float32(float16({}))", torch.bfloat16: "cl.round_bf16({})"}
 
-    def lib(self, fn, dtype, args):
-        from primtrace.executors.numba.backends import libdevice
-        reg = DTYPES[dtype].reg
-        joined = ", ".join(args)
-        if fn == "sigmoid":
-            one = lowering.const(dtype, 1)
-            return f"{one} / ({one} + {reg}(cl.exp_{reg}(-{joined})))"
-        if fn in libdevice.MATH_PRIMS:
-            return f"{reg}(cl.{fn}_{reg}({joined}))"   # the cast: the simulator computes in f64
-        return None
-
-    # float16: Numba's float16 (cvt.f32.f16, cvt.rn.f16.f32); bfloat16: libdevice.py's integer code
-    def load(self, dtype, ref, strided=False):
-        if dtype is torch.bool:
-            return ref
-        if dtype is torch.float16:
-            return f"float32({ref})"
-        if dtype is torch.bfloat16:
-            return f"cl.bf16_to_f32({ref})"
-        return ref
-
-    def store(self, dtype, value):
-        if dtype is torch.float16:
-            return f"float16({value})"
-        if dtype is torch.bfloat16:
-            return f"cl.f32_to_bf16({value})"
-        return value
-
-    def round_half(self, dtype, value):
-        if dtype is torch.float16:
-            return f"float32(float16({value}))"
-        return f"cl.round_bf16({value})"
+    def call(self, fn, reg, dtype, args):
+        if callable(fn.cuda):
+            return fn.cuda(self, dtype, args)
+        if fn.cuda is None or reg not in fn.regs:
+            return None
+        return f"{reg}(cl.{fn.name}_{reg}({', '.join(args)}))"   # the cast: the simulator computes in f64
 
     def float_to_int(self, dst, value):
-        return f"{DTYPES[dst].reg}({value})"   # the GPU's conversion, as eager CUDA does
+        return f"{DTYPES[dst].reg}({value})"
 
     def int_helper(self, name):
-        return None                             # loops (integer pow, gcd, lcm) stay in torch
+        return None
 
 
 BACKEND = CudaBackend()
@@ -101,7 +81,7 @@ BACKEND = CudaBackend()
 def lowers(name: str, dtype, arity: int) -> bool:
     """Whether the CUDA backend lowers `name` on `dtype` (libdevice math; no integer pow,
     gcd or lcm, whose loops stay in torch)."""
-    return lowering.lowerable(BACKEND, name, dtype, arity)
+    return ops.lowerable(BACKEND, name, dtype, arity)
 
 
 # --- source ------------------------------------------------------------------------------------
@@ -238,35 +218,42 @@ def _flag():
 
 
 def analyze(region) -> Plan:
+    """`region`'s plan for the CUDA backend."""
     return kernel_plan.analyze(region, BACKEND)
 
 
-def compile_region(region, fn_name: str = "numba_fusion"):
-    """The callable running `region` on CUDA tensors; carries ``.source``."""
-    plan = analyze(region)
+def compile_region(region, fn_name: str = "numba_fusion", plan: Plan | None = None):
+    """The callable running `region` on CUDA tensors (`plan`: its plan for this backend,
+    made here if not given); carries ``.source``."""
+    plan = plan or analyze(region)
     source = render_kernel(plan)
     launcher, env = launcher_source(plan, region, fn_name)
     if plan.numel > 0:
-        key, module = cache.load_module(source, "cuda-sim" if simulator() else "cuda")
-        env["kernel"] = cache.compiled(key, module, "kernel", lambda f: _cuda().jit(
+        key, module = kernel_cache.load_module(source, "cuda-sim" if simulator() else "cuda")
+        env["kernel"] = kernel_cache.compiled(key, module, "kernel", lambda f: _cuda().jit(
             cache=not simulator())(f))
     exec(compile(launcher, f"<primtrace {fn_name}>", "exec"), env)
     fn = env[fn_name]
-    head = [f"# {len(region.nodes)} prims fused; iteration shape {list(plan.shape)}, "
-            f"coalesced to {list(plan.sizes)}; CUDA grid-stride kernel"]
-    head += [f"#   {line}" for line in plan.signature_text().splitlines()]
-    fn.source = "\n".join(head) + "\n" + launcher + "\n\n" + source
+    fn.source = describe(plan, region) + "\n" + launcher + "\n\n" + source
     fn.plan = plan
     fn.kernel_source = source
     return fn
 
 
-def ptx(region, cc=(9, 0)) -> str:
+def describe(plan: Plan, region) -> str:
+    """The comment heading a CUDA kernel's source: the region and its operand map."""
+    head = [f"# {len(region.nodes)} prims fused; iteration shape {list(plan.shape)}, "
+            f"coalesced to {list(plan.sizes)}; CUDA grid-stride kernel"]
+    head += [f"#   {line}" for line in plan.signature_text().splitlines()]
+    return "\n".join(head)
+
+
+def ptx(region, cc=(9, 0), plan: Plan | None = None) -> str:
     """The PTX of `region`'s kernel (no GPU needed): for tests that inspect the code."""
     from numba import types
-    plan = analyze(region)
+    plan = plan or analyze(region)
     source = render_kernel(plan)
-    key, module = cache.load_module(source, "cuda")
+    key, module = kernel_cache.load_module(source, "cuda")
     argtypes = []
     for name in _params(plan):
         op = next((o for o in kernel_body.memory_operands(plan) if o.name == name), None)

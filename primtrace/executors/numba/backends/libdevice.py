@@ -5,62 +5,30 @@ Bit casts and math go through libdevice names rather than Numba device functions
 to a device function makes Numba ask the current device for its compute capability, so
 kernels could not be compiled to PTX (``compile_ptx``) on a machine without a GPU.
 Imported only by CUDA kernels (and ``backends/cuda.py``), i.e. only when CUDA is used.
+Which functions exist, and their libdevice names, is the op table's (``ops.py``).
 """
 from __future__ import annotations
-
-import math
 
 import numpy as np
 from numba import config
 
+from primtrace.executors.numba import ops
+
 SIMULATOR = bool(config.ENABLE_CUDASIM)
-
-# prim -> (libdevice float32 name, libdevice float64 name, Python fallback)
-_MATH = {
-    "exp": ("expf", "exp", math.exp), "exp2": ("exp2f", "exp2", lambda x: 2.0 ** x),
-    "expm1": ("expm1f", "expm1", math.expm1), "log": ("logf", "log", math.log),
-    "log1p": ("log1pf", "log1p", math.log1p), "log2": ("log2f", "log2", math.log2),
-    "log10": ("log10f", "log10", math.log10), "sin": ("sinf", "sin", math.sin),
-    "cos": ("cosf", "cos", math.cos), "tan": ("tanf", "tan", math.tan),
-    "asin": ("asinf", "asin", math.asin), "acos": ("acosf", "acos", math.acos),
-    "atan": ("atanf", "atan", math.atan), "sinh": ("sinhf", "sinh", math.sinh),
-    "cosh": ("coshf", "cosh", math.cosh), "tanh": ("tanhf", "tanh", math.tanh),
-    "asinh": ("asinhf", "asinh", math.asinh), "acosh": ("acoshf", "acosh", math.acosh),
-    "atanh": ("atanhf", "atanh", math.atanh), "erf": ("erff", "erf", math.erf),
-    "erfc": ("erfcf", "erfc", math.erfc), "lgamma": ("lgammaf", "lgamma", math.lgamma),
-    "atan2": ("atan2f", "atan2", math.atan2), "hypot": ("hypotf", "hypot", math.hypot),
-    "pow": ("powf", "pow", math.pow), "fmod": ("fmodf", "fmod", math.fmod),
-    "sqrt": ("sqrtf", "sqrt", math.sqrt),
-    "ceil": ("ceilf", "ceil", np.ceil), "floor": ("floorf", "floor", np.floor),
-    "trunc": ("truncf", "trunc", np.trunc), "rint": ("rintf", "rint", np.rint),
-    "copysign": ("copysignf", "copysign", math.copysign),
-}
-MATH_PRIMS = frozenset(_MATH)
+#: the op table's functions with a libdevice name (cl.<name>_float32 / cl.<name>_float64)
+_MATH = {fn.name: fn.cuda for fn in ops.FUNCTIONS.values() if isinstance(fn.cuda, ops.Libdevice)}
 
 
-def _python(fn, cast):
+def _python(fn, fallback, cast):
+    """The simulator's stand-in: `fn` on float64 Python numbers, `fallback` where it raises
+    (math's domain and range errors, where C returns nan or inf)."""
     def f(*args):
         try:
             return cast(fn(*[float(a) for a in args]))
         except (ValueError, OverflowError, ZeroDivisionError):
-            with np.errstate(all="ignore"):   # math raises where C returns nan/inf
-                return cast(_numpy_equivalent(fn)(*[np.float64(a) for a in args]))
+            with np.errstate(all="ignore"):
+                return cast(fallback(*[np.float64(a) for a in args]))
     return f
-
-
-def _numpy_equivalent(fn):
-    table = {math.exp: np.exp, math.expm1: np.expm1, math.log: np.log, math.log1p: np.log1p,
-             math.log2: np.log2, math.log10: np.log10, math.sin: np.sin, math.cos: np.cos,
-             math.tan: np.tan, math.asin: np.arcsin, math.acos: np.arccos, math.atan: np.arctan,
-             math.sinh: np.sinh, math.cosh: np.cosh, math.tanh: np.tanh, math.asinh: np.arcsinh,
-             math.acosh: np.arccosh, math.atanh: np.arctanh, math.fmod: np.fmod,
-             math.atan2: np.arctan2, math.hypot: np.hypot, math.pow: np.power,
-             math.sqrt: np.sqrt}
-    if fn in table:
-        return table[fn]
-    if fn is math.lgamma:
-        return lambda x: np.float64(np.inf)
-    return lambda *a: np.float64(fn(*a))
 
 
 # bfloat16 <-> float32 (bfloat16 travels as int16: torch does not export it to Numba). On a
@@ -122,9 +90,10 @@ def _round_bf16_sim(x):
 
 
 if SIMULATOR:
-    for _prim, (_f32, _f64, _py) in _MATH.items():
-        globals()[f"{_prim}_float32"] = _python(_py, np.float32)
-        globals()[f"{_prim}_float64"] = _python(_py, np.float64)
+    for _name, _ld in _MATH.items():
+        _fallback = _ld.np or (lambda *a, _py=_ld.py: np.float64(_py(*a)))
+        globals()[f"{_name}_float32"] = _python(_ld.py, _fallback, np.float32)
+        globals()[f"{_name}_float64"] = _python(_ld.py, _fallback, np.float64)
 
     def float_as_int(x):
         return np.float32(x).view(np.int32)
@@ -134,9 +103,10 @@ if SIMULATOR:
     bf16_to_f32, f32_to_bf16, round_bf16 = _bf16_to_f32_sim, _f32_to_bf16_sim, _round_bf16_sim
 else:
     from numba.cuda import libdevice as _libdevice
-    for _prim, (_f32, _f64, _py) in _MATH.items():
-        globals()[f"{_prim}_float32"] = getattr(_libdevice, _f32)
-        globals()[f"{_prim}_float64"] = getattr(_libdevice, _f64)
+    ops.check_libdevice(_libdevice)        # a row naming a missing function fails here
+    for _name, _ld in _MATH.items():
+        globals()[f"{_name}_float32"] = getattr(_libdevice, _ld.f32)
+        globals()[f"{_name}_float64"] = getattr(_libdevice, _ld.f64)
     float_as_int = _libdevice.float_as_int
     int_as_float = _libdevice.int_as_float
     bf16_to_f32, f32_to_bf16, round_bf16 = _bf16_intrinsics()

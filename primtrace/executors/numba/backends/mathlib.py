@@ -7,12 +7,13 @@ Half-precision conversions: float16 in hardware where the CPU has F16C (``runtim
 else ``halfbits``' integer code; bfloat16 always in ``halfbits``' integer IR. All round to
 nearest even and keep NaN and infinities, as torch does.
 
-Generated kernels refer to these as ``m.<prim>_<dtype>`` (``m.sin_float32``) and
-``m.f16_to_f32``; :func:`math_name` says whether a name exists.
+Which function each prim calls is the op table's (``ops.py``): this module defines
+``<name>_<reg>`` for every function a row names with a vmath, libm or f16-range source.
+Generated kernels refer to these as ``m.<name>_<reg>`` (``m.sin_float32``) and
+``m.f16_to_f32``.
 """
 from __future__ import annotations
 
-import functools
 import math
 import os
 
@@ -20,9 +21,10 @@ import numpy as np
 from numba import njit
 from numba.core.registry import CPUDispatcher
 
-from primtrace.executors.numba import kernel_cache
-from primtrace.executors.numba.backends import halfbits
+from primtrace.executors.numba import kernel_cache, ops
+from primtrace.executors.numba.backends import f16range, halfbits
 from primtrace.executors.numba.backends import runtime as rt
+from primtrace.executors.numba.vmath import VMATH
 
 _INLINE = dict(forceinline=True, error_model="numpy", nogil=True)  # LLVM-level inlining
 
@@ -146,158 +148,33 @@ bf16_to_f32, f32_to_bf16 = halfbits.bf16_bits_to_f32, halfbits.f32_to_bf16_bits
 round_bf16 = halfbits.round_bf16
 
 
-# --- sin and cos of float16 values (|x| <= 65504) ------------------------------------------------
-# A kernel that computes sin of a float16 input (W2: sin(a_f16)) knows |x| <= 65504, so a
-# Cody-Waite reduction in float64 is exact enough and the general Payne-Hanek reduction
-# (~2/3 of vmath's sin cost) can be skipped. 0.5005 ULP in float32 over every float16
-# value (tests/numba/test_fusion.py checks all 65536); belongs with vmath, kept here until
-# it moves there.
-_2_OVER_PI = np.float64(0.6366197723675814)
-_PIO2_HI = np.float64(1.5707963267341256)       # 33 significant bits of pi/2
-_PIO2_LO = np.float64(6.077100506506192e-11)    # pi/2 - _PIO2_HI
-_SIN = tuple(np.float64(c) for c in (-1 / 6, 1 / 120, -1 / 5040, 1 / 362880, -1 / 39916800))
-_COS = tuple(np.float64(c) for c in (-1 / 2, 1 / 24, -1 / 720, 1 / 40320, -1 / 3628800))
-
-
-@njit(**_INLINE)
-def _sincos_small(x, want_cos):
-    d = np.float64(x)
-    k = np.rint(d * _2_OVER_PI)
-    r = (d - k * _PIO2_HI) - k * _PIO2_LO       # exact enough for |k| < 2**20
-    z = r * r
-    s = r + r * z * (_SIN[0] + z * (_SIN[1] + z * (_SIN[2] + z * (_SIN[3] + z * _SIN[4]))))
-    c = np.float64(1.0) + z * (_COS[0] + z * (_COS[1] + z * (_COS[2] + z * (_COS[3] + z * _COS[4]))))
-    q = (np.int64(k) + (1 if want_cos else 0)) & 3
-    v = s if (q & 1) == 0 else c
-    v = -v if (q & 2) != 0 else v
-    v = d if (d == 0 and not want_cos) else v   # sin(-0.0) = -0.0 (the reduction gives +0.0)
-    return np.float32(v if math.isfinite(d) else d - d)
-
-
-@njit(**_INLINE)
-def sin_f16range_float32(x):
-    """sin of a float32 holding a float16 value (finite |x| <= 65504, or inf/nan)."""
-    return _sincos_small(x, False)
-
-
-@njit(**_INLINE)
-def cos_f16range_float32(x):
-    return _sincos_small(x, True)
-
-
-sin_f16range_float32 = _cached(sin_f16range_float32)
-cos_f16range_float32 = _cached(cos_f16range_float32)
-
-
-# --- rounding float16 values to integers -----------------------------------------------------
-# llvm.floor/ceil/trunc/rint of an extended half, rounded back to half, is narrowed by LLVM
-# to the half intrinsic, which x86 without AVX512-FP16 runs as a scalar libcall per element
-# (torch.floor in float16 at 2**20: 403 us, eager 70 us). Rounding by the magic number
-# 1.5 * 2**23 is not narrowed (the constant is no half) and stays vectorized; float16
-# values of magnitude 1024 or more (and inf, nan) are integers already. The sign comes from
-# x (floor(-0.0), ceil(-0.5) are -0.0).
-_MAGIC = np.float32(12582912.0)
-_ONE = np.float32(1.0)
-
-
-@njit(**_INLINE)
-def rint_f16range_float32(x):
-    """Round half to even, of a float32 holding a float16 value."""
-    r = (x + _MAGIC) - _MAGIC
-    return math.copysign(r, x) if abs(x) < 1024 else x
-
-
-@njit(**_INLINE)
-def floor_f16range_float32(x):
-    r = (x + _MAGIC) - _MAGIC
-    r = r - _ONE if r > x else r
-    return math.copysign(r, x) if abs(x) < 1024 else x
-
-
-@njit(**_INLINE)
-def ceil_f16range_float32(x):
-    r = (x + _MAGIC) - _MAGIC
-    r = r + _ONE if r < x else r
-    return math.copysign(r, x) if abs(x) < 1024 else x
-
-
-@njit(**_INLINE)
-def trunc_f16range_float32(x):
-    r = (x + _MAGIC) - _MAGIC
-    r = r - math.copysign(_ONE, x) if abs(r) > abs(x) else r
-    return math.copysign(r, x) if abs(x) < 1024 else x
-
-
-# --- transcendental functions -------------------------------------------------------------------
-# libm spellings Numba supports; a vmath entry for the same (prim, dtype) wins.
-_LIBM_UNARY = {
-    "exp": "math.exp", "exp2": "np.exp2", "expm1": "math.expm1", "log": "math.log",
-    "log1p": "math.log1p", "log2": "math.log2", "log10": "math.log10", "sin": "math.sin",
-    "cos": "math.cos", "tan": "math.tan", "asin": "math.asin", "acos": "math.acos",
-    "atan": "math.atan", "sinh": "math.sinh", "cosh": "math.cosh", "tanh": "math.tanh",
-    "asinh": "math.asinh", "acosh": "math.acosh", "atanh": "math.atanh", "erf": "math.erf",
-    "erfc": "math.erfc", "lgamma": "math.lgamma",
-}
-_LIBM_BINARY = {"atan2": "math.atan2", "hypot": "math.hypot", "pow": "{a} ** {b}"}
-
-try:  # the vmath engineer's table: (prim, "float32"|"float64") -> numba-inlinable function
-    from primtrace.executors.numba.vmath import VMATH as _VMATH
-except ImportError:  # pragma: no cover - until vmath.py lands
-    _VMATH = {}
-
-
-def _libm(prim: str, dtype: str):
-    """A numba function computing `prim` with libm in `dtype` (float32 or float64)."""
-    cast = "np.float32" if dtype == "float32" else "np.float64"
-    if prim in _LIBM_UNARY:
-        src = f"def {prim}_{dtype}(a):\n    return {cast}({_LIBM_UNARY[prim]}(a))\n"
-    elif prim == "sigmoid":
-        src = (f"def {prim}_{dtype}(a):\n    one = {cast}(1)\n"
-               f"    return one / (one + {cast}(math.exp(-a)))\n")
-    else:
-        body = _LIBM_BINARY[prim]
-        expr = body.format(a="a", b="b") if "{" in body else f"{body}(a, b)"
-        src = f"def {prim}_{dtype}(a, b):\n    return {cast}({expr})\n"
+# --- the op table's CPU functions ----------------------------------------------------------------
+def _libm(fn: ops.Fn, reg: str):
+    """A Numba function computing `fn` with its libm spelling in `reg` (float32/float64)."""
+    cast = "np.float32" if reg == "float32" else "np.float64"
+    args = ", ".join("ab"[:fn.arity])
+    src = f"def {fn.name}_{reg}({args}):\n    return {cast}({fn.cpu.spelling}({args}))\n"
     namespace = {"math": math, "np": np, "__name__": __name__}   # importable: Numba's disk
     # cache rebuilds each function's environment by importing its module
-    exec(compile(src, f"<primtrace mathlib {prim}_{dtype}>", "exec"), namespace)
-    return njit(**_INLINE)(namespace[f"{prim}_{dtype}"])   # no source file: not cached
+    exec(compile(src, f"<primtrace mathlib {fn.name}_{reg}>", "exec"), namespace)
+    return njit(**_INLINE)(namespace[f"{fn.name}_{reg}"])   # no source file: not cached
 
 
-#: prim names with a scalar function per float dtype
-MATH_PRIMS = frozenset(_LIBM_UNARY) | frozenset(_LIBM_BINARY) | {"sigmoid"}
+for _fn in ops.FUNCTIONS.values():
+    if _fn.cpu is None or _fn.cpu.kind == "inline":
+        continue
+    for _reg in _fn.regs:
+        _name = f"{_fn.name}_{_reg}"
+        if _fn.cpu.kind == "vmath":
+            globals()[_name] = _as_inlinable(VMATH[(_fn.name, _reg)])
+        elif _fn.cpu.kind == "libm":
+            globals()[_name] = _libm(_fn, _reg)
+        else:
+            globals()[_name] = _cached(getattr(f16range, _name))
 
-for _prim in sorted(MATH_PRIMS):
-    for _dtype in ("float32", "float64"):
-        _fn = _VMATH.get((_prim, _dtype))
-        globals()[f"{_prim}_{_dtype}"] = _as_inlinable(_fn) if _fn is not None else _libm(_prim, _dtype)
-for (_prim, _dtype), _fn in _VMATH.items():  # functions vmath offers beyond the libm list
-    globals().setdefault(f"{_prim}_{_dtype}", _as_inlinable(_fn))
-
-
-def math_name(prim: str, dtype: str) -> str | None:
-    """The attribute of this module computing `prim` in `dtype`, or None."""
-    name = f"{prim}_{dtype}"
-    return name if name in globals() else None
-
-
-def uses_vmath(prim: str, dtype: str) -> bool:
-    return (prim, dtype) in _VMATH
-
-
-@functools.lru_cache(maxsize=None)
-def fingerprint() -> str:
-    """What the compiled kernels depend on besides their own source (for the disk cache)."""
-    import hashlib
-    import os
-    h = hashlib.sha256()
-    here = os.path.dirname(__file__)
-    names = [f for f in os.listdir(here) if f.startswith(("halfbits", "mathlib", "runtime"))]
-    names += [f"vmath/{f}" for f in os.listdir(os.path.join(here, "vmath"))]   # the package
-    for fname in sorted(f for f in names if f.endswith(".py")):
-        with open(os.path.join(here, fname), "rb") as f:
-            h.update(fname.encode() + f.read())
-    return h.hexdigest()[:16]
+#: prim names with a vmath or libm function per float dtype (what special-value tests call math)
+MATH_PRIMS = frozenset(row.fn.name for row in ops.ROWS
+                       if row.fn is not None and row.fn.cpu.kind in ("vmath", "libm"))
 
 
 _enable_helper_caches()

@@ -10,7 +10,7 @@ Why these exist:
 - Integer pow and gcd are loops; float -> int casts must give what eager gives on x86
   for NaN and out-of-range values (a bare Numba cast is undefined there). Everything that
   is an expression (integer division, shifts, NaN-aware min/max) is written inline by
-  ``lowering.py`` instead, so the CUDA backend shares it.
+  the op table (``ops.py``) instead, so the CUDA backend shares it.
 """
 from __future__ import annotations
 
