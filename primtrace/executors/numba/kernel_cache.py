@@ -354,10 +354,3 @@ def clear() -> int:
             _fallback_dir = None
         _budget.update(dir=None, estimate=0)
         return freed - disk_usage()[0]
-
-
-def clear_memory() -> None:
-    """Forget in-memory kernels (the disk cache stays): for tests of the disk cache."""
-    with _lock:
-        _modules.clear()
-        _dispatchers.clear()

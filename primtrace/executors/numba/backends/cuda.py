@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from primtrace.executors.numba import kernel_body, kernel_cache, launch, ops
+from primtrace.executors.numba import kernel_body, kernel_cache, launch
 from primtrace.executors.numba import plan as kernel_plan
 from primtrace.executors.numba.ops import Backend
 from primtrace.executors.numba.plan import Plan, Store, dtype_name
@@ -76,12 +76,6 @@ class CudaBackend(Backend):
 
 
 BACKEND = CudaBackend()
-
-
-def lowers(name: str, dtype, arity: int) -> bool:
-    """Whether the CUDA backend lowers `name` on `dtype` (libdevice math; no integer pow,
-    gcd or lcm, whose loops stay in torch)."""
-    return ops.lowerable(BACKEND, name, dtype, arity)
 
 
 # --- source ------------------------------------------------------------------------------------

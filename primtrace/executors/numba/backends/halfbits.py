@@ -134,62 +134,38 @@ def _float_in(builder, value):
     return builder.fptrunc(value, _FLOAT) if value.type != _FLOAT else value
 
 
-def _float_arg(x) -> bool:
-    return x in (types.float32, types.float64)
+def conversion(name: str, ir_builder, takes: str, returns: str, intrinsic=intrinsic, types=types):
+    """An intrinsic `name` emitting `ir_builder`'s IR on its one argument: ``takes`` "bits"
+    (a 16-bit integer pattern) or "float" (float32, or float64 rounded to float32 first);
+    ``returns`` the Numba type's name. `intrinsic` and `types` are the target's (the CUDA
+    backend passes numba.cuda's)."""
+    result = getattr(types, returns)
+
+    def typer(typingctx, x):
+        if takes == "bits":
+            if not isinstance(x, types.Integer) or x.bitwidth != 16:
+                return None
+        elif x not in (types.float32, types.float64):
+            return None
+
+        def codegen(context, builder, sig, args):
+            value = args[0] if takes == "bits" else _float_in(builder, args[0])
+            return ir_builder(builder, value)
+        return result(x), codegen
+    typer.__name__ = typer.__qualname__ = name
+    return intrinsic(typer)
 
 
-def _half_bits(x) -> bool:
-    return isinstance(x, types.Integer) and x.bitwidth == 16
-
-
-@intrinsic
-def f16_bits_to_f32(typingctx, bits):
-    """float16 bit pattern (uint16/int16) -> float32, exact."""
-    if not _half_bits(bits):
-        return None
-    return types.float32(bits), lambda context, builder, sig, args: f16_decode_ir(builder, args[0])
-
-
-@intrinsic
-def f32_to_f16_bits(typingctx, x):
-    """float32 -> float16 bit pattern as uint16, round to nearest even."""
-    if not _float_arg(x):
-        return None
-    return types.uint16(x), lambda context, builder, sig, args: f16_encode_ir(
-        builder, _float_in(builder, args[0]))
-
-
-@intrinsic
-def round_f16(typingctx, x):
-    """float32 -> the nearest float16 value as float32."""
-    if not _float_arg(x):
-        return None
-    return types.float32(x), lambda context, builder, sig, args: f16_round_ir(
-        builder, _float_in(builder, args[0]))
-
-
-@intrinsic
-def bf16_bits_to_f32(typingctx, bits):
-    """bfloat16 bit pattern (uint16/int16) -> float32, exact."""
-    if not _half_bits(bits):
-        return None
-    return types.float32(bits), lambda context, builder, sig, args: bf16_decode_ir(builder, args[0])
-
-
-@intrinsic
-def f32_to_bf16_bits(typingctx, x):
-    """float32 -> bfloat16 bit pattern as uint16, round to nearest even (overflow to inf
-    through the carry, as torch does)."""
-    if not _float_arg(x):
-        return None
-    return types.uint16(x), lambda context, builder, sig, args: bf16_encode_ir(
-        builder, _float_in(builder, args[0]))
-
-
-@intrinsic
-def round_bf16(typingctx, x):
-    """float32 -> the nearest bfloat16 value as float32 (encode + decode in one step)."""
-    if not _float_arg(x):
-        return None
-    return types.float32(x), lambda context, builder, sig, args: bf16_round_ir(
-        builder, _float_in(builder, args[0]))
+#: float16 bit pattern (uint16/int16) -> float32, exact
+f16_bits_to_f32 = conversion("f16_bits_to_f32", f16_decode_ir, "bits", "float32")
+#: float32 -> float16 bit pattern as uint16, round to nearest even
+f32_to_f16_bits = conversion("f32_to_f16_bits", f16_encode_ir, "float", "uint16")
+#: float32 -> the nearest float16 value as float32
+round_f16 = conversion("round_f16", f16_round_ir, "float", "float32")
+#: bfloat16 bit pattern (uint16/int16) -> float32, exact
+bf16_bits_to_f32 = conversion("bf16_bits_to_f32", bf16_decode_ir, "bits", "float32")
+#: float32 -> bfloat16 bit pattern as uint16, round to nearest even (overflow to inf through
+#: the carry, as torch does)
+f32_to_bf16_bits = conversion("f32_to_bf16_bits", bf16_encode_ir, "float", "uint16")
+#: float32 -> the nearest bfloat16 value as float32 (encode + decode in one step)
+round_bf16 = conversion("round_bf16", bf16_round_ir, "float", "float32")

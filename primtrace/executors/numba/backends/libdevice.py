@@ -41,30 +41,9 @@ def _bf16_intrinsics():
     from numba.cuda.extending import intrinsic
 
     from primtrace.executors.numba.backends import halfbits as hb
-
-    def float_in(builder, value):
-        return builder.fptrunc(value, hb.ir.FloatType()) if value.type != hb.ir.FloatType() else value
-
-    @intrinsic
-    def bf16_to_f32(typingctx, bits):
-        if not isinstance(bits, types.Integer) or bits.bitwidth != 16:
-            return None
-        return types.float32(bits), lambda ctx, builder, sig, args: hb.bf16_decode_ir(builder, args[0])
-
-    @intrinsic
-    def f32_to_bf16(typingctx, x):
-        if x not in (types.float32, types.float64):
-            return None
-        return types.int16(x), lambda ctx, builder, sig, args: hb.bf16_encode_ir(
-            builder, float_in(builder, args[0]))
-
-    @intrinsic
-    def round_bf16(typingctx, x):
-        if x not in (types.float32, types.float64):
-            return None
-        return types.float32(x), lambda ctx, builder, sig, args: hb.bf16_round_ir(
-            builder, float_in(builder, args[0]))
-    return bf16_to_f32, f32_to_bf16, round_bf16
+    return (hb.conversion("bf16_to_f32", hb.bf16_decode_ir, "bits", "float32", intrinsic, types),
+            hb.conversion("f32_to_bf16", hb.bf16_encode_ir, "float", "int16", intrinsic, types),
+            hb.conversion("round_bf16", hb.bf16_round_ir, "float", "float32", intrinsic, types))
 
 
 def _bf16_rne(x):
