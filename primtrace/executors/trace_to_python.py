@@ -137,8 +137,9 @@ def compile_trace(trace: Trace):
                 or p.name in returned]
         target, extra = em.targets(node.outputs) if used else ("", [])
         node_lines = [f"{target} = {call}" if target else call] + extra
-        if node.symbol.kind is SymbolKind.OPAQUE and used:
-            node_lines += _layout_checks(node, em)
+        read_later = [p for p in used if p.name in last_use and last_use[p.name] > i]
+        if node.symbol.kind is SymbolKind.OPAQUE and read_later:
+            node_lines += _layout_checks(node, read_later, em)
         dead = sorted({p.name for p in node.inputs if last_use[p.name] == i
                        and p.name not in returned and p.name not in input_names})
         if dead:
@@ -185,8 +186,9 @@ def _forwarded(trace: Trace):
     return implementation(node)
 
 
-def _layout_checks(node: Node, em: _Emitter) -> list[str]:
-    """Lines that give an opaque call's tensor outputs the strides the trace assumed.
+def _layout_checks(node: Node, outputs: list, em: _Emitter) -> list[str]:
+    """Lines that give an opaque call's tensor `outputs` read by later nodes the strides the
+    trace assumed (a value only returned keeps the layout torch gave it, as in eager).
 
     Those strides came from running the op on meta tensors, and meta kernels do not always
     lay out outputs as the CPU or CUDA kernels do (scaled_dot_product_attention on transposed
@@ -196,7 +198,7 @@ def _layout_checks(node: Node, em: _Emitter) -> list[str]:
     if "inplace" in node.symbol.tags:
         return []   # the written tensor itself, whose layout is known
     lines = []
-    for p in node.output_proxies:
+    for p in outputs:
         if isinstance(p, torch.Tensor) and sum(n > 1 for n in p.shape) >= 2:
             strides = tuple(p.stride())
             fix = em.bind(with_strides, "with_strides")
