@@ -131,6 +131,7 @@ BINARY = [
     ("hypot", torch.hypot, FLOATING, "same"),
     ("copysign", torch.copysign, FLOATING, "same"),
     ("nextafter", torch.nextafter, FLOATING, "same"),
+    ("heaviside", torch.heaviside, REAL, "same"),
     ("maximum", _maximum, REAL, "same"),
     ("minimum", _minimum, REAL, "same"),
     ("fmax", torch.fmax, REAL, "same"),

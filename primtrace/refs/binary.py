@@ -1,7 +1,7 @@
 """Binary math refs: atan2, hypot, copysign, nextafter, maximum/minimum, fmax/fmin, gcd, lcm,
-igamma, igammac (one ``make_binary`` line each: promotion kind + one prim), and the
-composites xlogy, logaddexp, logaddexp2, ldexp (with its inverse frexp) and heaviside
-written in prims.
+igamma, igammac (one ``make_binary`` line each: promotion kind + one prim), heaviside (its
+prim after eager's dtype checks), and the composites xlogy, logaddexp, logaddexp2, ldexp
+(with its inverse frexp) written in prims.
 """
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from primtrace.refs.core import (broadcast, broadcast_shapes, elementwise, exact
                                  exports, is_tensor, maybe_convert, ref, to_tensor)
 from primtrace.refs.out import copy_to_out
 from primtrace.refs.promotion import DEFAULT, INT_TO_FLOAT, NO_OPMATH
-from primtrace.refs.scalars import python_zero
 
 
 def make_binary(name, prim, kind, scalars=(), doc=None, complex32=True, checks=(), **options):
@@ -208,10 +207,8 @@ def _heaviside_check(input, values, out):
 
 @elementwise(DEFAULT, ("input", "values"), scalars=(), checks=[_heaviside_check], inplace=True)
 def heaviside(input, values):
-    """0 for x < 0 (and nan), `values` where x == 0, 1 for x > 0."""
-    zero = python_zero(input.dtype)
-    step = prims.convert_element_type(prims.gt(input, zero), input.dtype)
-    return prims.where(prims.eq(input, zero), values, step)
+    """0 for x < 0 (and nan), `values` where x == 0, 1 for x > 0: prims.heaviside."""
+    return prims.heaviside(input, values)
 
 
 __all__ = exports(globals())

@@ -295,6 +295,12 @@ def _xlog1py(em, d, x, y):
     return f"{y} if {y} != {y} else ({const(d, 0)} if {x} == 0 else {x} * {log1p})"
 
 
+def _heaviside(em, d, x, v):
+    """eager's `x == 0 ? v : (x > 0)`: 0 for x < 0 and nan, `v` for +-0, 1 for x > 0."""
+    zero = const(d, 0)
+    return f"{v} if {x} == {zero} else ({const(d, 1)} if {x} > {zero} else {zero})"
+
+
 def _sign(em, d, a):
     return cast(d, f"int64({a} > 0) - int64({a} < 0)")
 
@@ -362,6 +368,7 @@ ROWS = (
     Op("isfinite", 1, f=lambda em, d, a: f"math.isfinite({a})"),
     Op("isnan", 1, f=lambda em, d, a: f"{a} != {a}"),
     Op("isinf", 1, f=lambda em, d, a: f"math.isinf({a})"),
+    Op("heaviside", 2, **_same(_heaviside)),
     # bits and integers
     Op("bitwise_not", 1, i=lambda em, d, a: cast(d, f"~{a}"), b=lambda em, d, a: f"not {a}"),
     Op("bitwise_and", 2, i=int_infix("&"), b=infix("&")),

@@ -1,0 +1,86 @@
+"""prims.heaviside fused: the CPU kernel against eager on every dtype's special values, the
+CUDA kernel's source and PTX (no GPU needed), and the CUDA backend under the simulator."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import primtrace
+from tests.numba import special_values as sv
+from tests.numba.helpers import execution, fused, fused_nodes, torch_nodes
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def heaviside(x, values):
+    return torch.heaviside(x, values)
+
+
+def same(got, want) -> bool:
+    """Equal values, NaN where eager has NaN, and the sign of zero kept (values passes -0.0)."""
+    if not want.is_floating_point():
+        return torch.equal(got, want)
+    return (torch.equal(got.isnan(), want.isnan())
+            and torch.equal(torch.nan_to_num(got), torch.nan_to_num(want))
+            and torch.equal(got.signbit(), want.signbit()))
+
+
+@pytest.mark.parametrize("dtype", sv.ALL, ids=sv.name_of)
+def test_cpu_kernel_matches_eager(dtype):
+    x, values, _ = sv.inputs(dtype)          # every special value against every other
+    jf = fused(heaviside)
+    assert same(jf(x, values), torch.heaviside(x, values))
+    trace = execution(jf)
+    assert len(fused_nodes(trace)) == 1 and not torch_nodes(trace)
+    assert "prims.heaviside" in str(primtrace.last_traces(jf)[2])
+
+
+def test_in_a_chain_and_in_place():
+    x, v = torch.randn(64), torch.randn(64)
+    x[::5] = 0.0
+    jf = fused(lambda a, b: torch.heaviside(a * 2, b).add_(1))
+    assert same(jf(x, v), torch.heaviside(x * 2, v) + 1)
+    assert len(fused_nodes(execution(jf))) == 1
+
+
+def test_cuda_kernel_source_and_ptx():
+    jf = fused(heaviside)
+    jf(torch.randn(8), torch.randn(8))
+    source = primtrace.kernel_source(jf, device="cuda")
+    assert "float32(1.0) if x0 > float32(0.0) else float32(0.0)" in source
+    pytest.importorskip("numba.cuda")
+    (ptx,) = primtrace.kernel_ptx(jf).values()
+    assert ".entry" in ptx
+
+
+SCRIPT = r'''
+import json, torch, primtrace
+from primtrace.executors.numba import NumbaFusionExecutor
+from tests.numba import special_values as sv
+from tests.numba.test_heaviside import heaviside, same
+ex = NumbaFusionExecutor()
+assert ex.backend == "cuda"
+bad = []
+for dtype in sv.ALL:
+    x, values, _ = sv.inputs(dtype)
+    jf = primtrace.jit(heaviside, executors=[ex])
+    if not same(jf(x, values), torch.heaviside(x, values)):
+        bad.append(str(dtype))
+    if "CUDA grid-stride" not in primtrace.kernel_source(jf):
+        bad.append(f"{dtype}: not fused")
+print(json.dumps(bad))
+'''
+
+
+def test_cuda_simulator_matches_eager():
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PRIMTRACE_NUMBA_BACKEND="cuda",
+               PYTHONPATH=ROOT)
+    r = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == []
