@@ -199,6 +199,16 @@ def _row_cases(backend, dtype, prim, arity) -> list[Case]:
         return [Case(f"{prim} float16->float32", prim,
                      lambda a, b, c, d: fn(prims.convert_element_type(a, torch.float32)),
                      exact=False, ref=lambda a, b, c, d: fn(a.double()))]
+    half_result = {v: k for k, v in lowering.HALF_RESULT.items()}
+    if prim in half_result:            # exp of a half value, rounded to the half dtype
+        if dtype not in (torch.float16, torch.bfloat16) or \
+                not lowering.lowerable(backend, prim, torch.float32, 1):
+            return []
+        fn = prims.ALL_PRIMS[half_result[prim]]
+        return [Case(f"{prim} {name}->float32->{name}", prim,
+                     lambda a, b, c, d: prims.convert_element_type(
+                         fn(prims.convert_element_type(a, torch.float32)), a.dtype),
+                     exact=True)]
     if prim == "pow_scalar":           # torch.pow(tensor, number)
         return [Case(f"pow {name} ** {e}", prim, lambda a, b, c, d, e=e: prims.pow(a, e),
                      exact=False, ref=lambda a, b, c, d, e=e: prims.pow(_up(a), e))
