@@ -159,6 +159,13 @@ class FusionExecutor(Executor, abc.ABC):
     def can_fuse(self, node: Node) -> bool:
         """Whether `node` may go into one of this executor's regions."""
 
+    def fuse_call(self, nodes: list[Node]) -> bool:
+        """`nodes` are the prims (and number nodes) of one torch call: whether they may join
+        regions. If not, lowering runs the call itself instead, before partitioning (an
+        executor that would fuse a call only in part can leave the rest to one torch call
+        rather than to its prims one by one). By default, yes."""
+        return True
+
     def fuse_single_call(self, region: Region) -> bool:
         """`region` holds exactly the prims of one torch call (``F.gelu(x)``): whether to
         compile it, or to let torch run that call with its own kernel (lowering then

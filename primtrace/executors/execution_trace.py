@@ -6,7 +6,8 @@ ends up with exactly one executor (``node.executor``), or lowering fails naming 
 Fused regions become one node each, and the nodes are rescheduled in a topological order
 of the contracted dependency graph that stays as close as possible to the original order.
 A region that is exactly the prims of one torch call, which its executor declines to fuse
-(``fuse_single_call``), is replaced by that call, which torch runs with its own kernel.
+(``fuse_single_call``), is replaced by that call, which torch runs with its own kernel; so
+is, before partitioning, every call a fusion executor would fuse only in part (``fuse_call``).
 """
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ def lower(trace: Trace, executors: list[Executor]) -> Trace:
     notes: list[str] = list(trace.tags.get("notes", ()))  # what executors say they declined
     for ex in executors:
         if isinstance(ex, FusionExecutor):
+            nodes = _calls_kept_whole(trace, nodes, ex, owner)
+            position = {id(n): i for i, n in enumerate(nodes)}
             view = trace.derive(nodes, "partition")
             view.tags["claimed"] = frozenset(owner)
             view.tags["notes"] = notes
@@ -114,6 +117,24 @@ def single_call(region: Region, nodes: list[Node], inputs) -> Node | None:
     if any(p.name not in available for p in call.inputs):
         return None
     return call
+
+
+def _calls_kept_whole(trace: Trace, nodes: list[Node], ex: FusionExecutor,
+                      owner: dict) -> list[Node]:
+    """`nodes` where each torch call `ex` would not fuse whole (``ex.fuse_call``) is that
+    call again: its prims one by one would cost more than the call and be no more exact."""
+    groups: dict[int, list[Node]] = {}
+    for n in nodes:
+        if n.origin is not None and n.origin.call is not None and id(n) not in owner:
+            groups.setdefault(id(n.origin), []).append(n)
+    for group in groups.values():
+        if ex.fuse_call(group):
+            continue
+        region = Region.from_nodes(trace.derive(nodes, "partition"), group)
+        call = single_call(region, nodes, trace.inputs)
+        if call is not None:
+            nodes = _replace(nodes, group, call)
+    return nodes
 
 
 def _replace(nodes: list[Node], old: list[Node], new: Node) -> list[Node]:

@@ -80,3 +80,20 @@ def test_prims_slower_in_our_kernels_are_not_fused_even_in_a_chain(fn):
     assert any(fn.__name__ in n for n in nodes), nodes   # run by torch, not in a kernel
     torch.testing.assert_close(got, fn(a * 2, b) + 1)
     assert run(lambda a, b: fn(a * 2, b) + 1, a, b, cost_model=False)[1] == ["numba_fusion_0"]
+
+
+def test_a_call_with_a_prim_left_to_torch_runs_whole():
+    """floor_divide's float ref holds fmod (slow in our kernels): the call runs as itself,
+    not as its twenty other prims in kernels and torch around one fmod."""
+    a, b = torch.randn(4096), torch.rand(4096) + 0.5
+    got, nodes = run(lambda a, b: torch.floor_divide(a * 2, b) + 1, a, b)
+    assert "torch.floor_divide" in nodes
+    torch.testing.assert_close(got, torch.floor_divide(a * 2, b) + 1, rtol=0, atol=0)
+
+
+def test_bfloat16_gelu_stays_eagers_call_in_a_chain():
+    a, b = (torch.randn(1 << 16).bfloat16() for _ in range(2))
+    got, nodes = run(lambda a, b: F.gelu(a + b), a, b)
+    assert nodes == ["numba_fusion_0", "torch.nn.functional.gelu"]
+    torch.testing.assert_close(got, F.gelu(a + b), rtol=0, atol=0)
+    assert run(lambda a, b: F.gelu(a + b), a.half(), b.half())[1] == ["numba_fusion_0"]

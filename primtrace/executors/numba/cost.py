@@ -25,6 +25,7 @@ import torch
 
 from primtrace.executors.base import Region
 from primtrace.ir.proxy import TensorProxy
+from primtrace.ir.tree import proxies_in
 
 #: prims our CPU kernels compute several times slower than eager, alone or in a chain (their
 #: scalar libm calls stop the loop's vectorization; at 2^20, 1 thread: fmod 4.4-6.1x,
@@ -55,6 +56,12 @@ SLOWER_CALLS_HALF = {"silu", "hardswish", "square"}
 MIN_HALF_ELEMENTS = 1 << 15
 
 
+#: calls eager computes so much faster on a dtype that fusing them into a chain still loses
+#: (F.gelu's own bfloat16 kernel vs ours with a float32 erf: 1.7x; gelu(a + b) fused 1.17x
+#: eager at 2^20): (call, prim) per dtype; such a call runs whole in torch
+CALLS_LEFT_TO_TORCH = {torch.bfloat16: {("gelu", "erf")}}
+
+
 def slow_on_cpu(name: str, dtype) -> bool:
     """Whether prim `name` on `dtype` runs slower in our CPU kernels than in eager's."""
     return name in SLOW_PRIMS and dtype.is_floating_point
@@ -79,3 +86,11 @@ def fuse_single_call(region: Region, huge_output_bytes: int) -> bool:
         return (not prims & SLOWER_HALF_MATH[dtype]
                 and max(p.numel() for p in outputs) >= MIN_HALF_ELEMENTS)
     return name not in SLOWER_CALLS and bool(prims & FASTER_MATH)
+
+
+def call_left_to_torch(nodes) -> bool:
+    """Whether the prims `nodes` of one torch call run faster as that call, even in a chain."""
+    call = nodes[0].origin
+    outputs = [p for p in proxies_in(call.outputs) if isinstance(p, TensorProxy)]
+    kept = CALLS_LEFT_TO_TORCH.get(outputs[0].dtype if outputs else None, ())
+    return any((call.symbol.name, n.symbol.name) in kept for n in nodes)
