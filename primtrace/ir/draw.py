@@ -22,7 +22,7 @@ from pathlib import Path
 
 from primtrace import dtypes
 from primtrace.ir.proxy import NumberProxy, TensorProxy
-from primtrace.ir.symbol import SymbolKind
+from primtrace.ir.kinds import SymbolKind
 from primtrace.ir.tree import proxies_in
 
 #: fills for fusion regions (light) and their borders/labels (strong), in order of use

@@ -10,7 +10,7 @@ import torch
 
 from primtrace import dtypes
 from primtrace.ir.proxy import NumberProxy, Proxy, TensorProxy
-from primtrace.ir.symbol import SymbolKind
+from primtrace.ir.kinds import SymbolKind
 
 
 def format_value(v) -> str:

@@ -7,12 +7,12 @@ code path.
 """
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 
+from primtrace.ir.kinds import SymbolKind
 from primtrace.ir.proxy import NumberSpec, Proxy, TensorSpec
 from primtrace.ir.trace import Node, current_trace
 from primtrace.ir.tree import tree_flatten
@@ -42,14 +42,6 @@ def _requires_grad(sym, args, kwargs) -> bool:
              if isinstance(leaf, torch.Tensor)]
     inplace = "inplace" in sym.tags and flags and flags[0] and isinstance(args[0], torch.Tensor)
     return bool(inplace) or (torch.is_grad_enabled() and any(flags))
-
-
-class SymbolKind(enum.StrEnum):
-    """What a symbol is, which decides how passes, executors and printers treat its nodes."""
-    PRIM = "prim"      # strict primitive: a meta function and a torch implementation
-    REF = "ref"        # a torch-level op written in prims: recorded with its prims nested
-    OPAQUE = "opaque"  # a torch call run as is (no ref, or kept for autograd): a leaf
-    FUSED = "fused"    # a region of prims an executor compiled into one callable
 
 
 @dataclass(eq=False, repr=False, kw_only=True)

@@ -97,3 +97,12 @@ def test_bfloat16_gelu_stays_eagers_call_in_a_chain():
     assert nodes == ["numba_fusion_0", "torch.nn.functional.gelu"]
     torch.testing.assert_close(got, F.gelu(a + b), rtol=0, atol=0)
     assert run(lambda a, b: F.gelu(a + b), a.half(), b.half())[1] == ["numba_fusion_0"]
+
+
+def test_float16_call_reading_a_transposed_operand_runs_in_torch_below_huge_pages():
+    a, b = torch.randn(256, 256).half(), torch.randn(256, 256).half()
+    got, nodes = run(lambda a, b: a.t() + b, a, b)
+    assert not any(n.startswith("numba_fusion") for n in nodes), nodes
+    torch.testing.assert_close(got, a.t() + b, rtol=0, atol=0)
+    assert any(n.startswith("numba_fusion") for n in
+               run(lambda a, b: a.t() + b, a.bfloat16(), b.bfloat16())[1])   # bf16 loads vectorize

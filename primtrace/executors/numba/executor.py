@@ -238,13 +238,15 @@ class NumbaFusionExecutor(FusionExecutor):
     def fuse_call(self, nodes: list[Node]) -> bool:
         """Under the cost model on the CPU, a call with a prim left to torch (unlowered, or
         slow in our kernels: cost.SLOW_PRIMS) or one eager computes much faster
-        (cost.CALLS_LEFT_TO_TORCH) runs whole as the torch call, not as its prims."""
+        (cost.call_left_to_torch) runs whole as the torch call, not as its prims."""
         if not self.cost_model or self._backend_for(self._device_of(Region(nodes))) == "cuda":
             return True
         from primtrace.executors.numba import cost
+        from primtrace.executors.numba.backends import cpu
         computing = [n for n in nodes if n.symbol.kind is SymbolKind.PRIM and any(
             isinstance(p, TensorProxy) for p in n.output_proxies)]   # not guards (check_fits)
-        return all(self.can_fuse(n) for n in computing) and not cost.call_left_to_torch(nodes)
+        return all(self.can_fuse(n) for n in computing) and not cost.call_left_to_torch(
+            nodes, cpu.HUGE_OUTPUT_BYTES)
 
     def fuse_single_call(self, region: Region) -> bool:
         """One torch call fuses only where the kernel beats torch's own (cost.py);
