@@ -18,6 +18,10 @@ import json
 import os
 import statistics
 import sys
+
+#: torch.compile's compile workers (a process pool) keep running after it compiles and take
+#: a core from whoever is timed next on a small machine: compile in this process
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 import warnings
 
 import torch
