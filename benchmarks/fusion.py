@@ -18,14 +18,14 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
+import time
 
 #: torch.compile's compile workers (a process pool) keep running after it compiles and take
 #: a core from whoever is timed next on a small machine: compile in this process
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
-import tempfile
-import time
 
-import torch
+import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -180,7 +180,7 @@ def run_small(use_compile):
 _FIRST_CALL = r'''
 import os, sys, time
 t0 = time.perf_counter()
-import torch
+import torch  # noqa: E402
 sys.path.insert(0, {root!r})
 import primtrace
 from primtrace.executors.numba import NumbaFusionExecutor

@@ -18,14 +18,14 @@ import json
 import os
 import statistics
 import sys
+import warnings
 
 #: torch.compile's compile workers (a process pool) keep running after it compiles and take
 #: a core from whoever is timed next on a small machine: compile in this process
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
-import warnings
 
-import torch
-import torch.nn.functional as F
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
