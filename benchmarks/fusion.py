@@ -180,7 +180,7 @@ def run_small(use_compile):
 _FIRST_CALL = r'''
 import os, sys, time
 t0 = time.perf_counter()
-import torch  # noqa: E402
+import torch
 sys.path.insert(0, {root!r})
 import primtrace
 from primtrace.executors.numba import NumbaFusionExecutor
