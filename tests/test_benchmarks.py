@@ -1,0 +1,21 @@
+"""The benchmark scripts still run (tiny sizes, one round; their numbers are not checked)."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("script, args", [
+    ("sweep.py", ["--no-compile", "--fuse-all", "--sizes", "10", "--dtypes", "f32,bf16",
+                  "--cases", "a + b;gelu(a + b)", "--rounds", "1", "--time", "0.001"]),
+    ("single_ops.py", ["--ops", "neg,add,fmod", "--sizes", "10", "--dtypes", "f16",
+                       "--rounds", "1", "--time", "0.001"]),
+])
+def test_benchmark_script_runs(script, args):
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "worst jit/eager" in done.stdout
