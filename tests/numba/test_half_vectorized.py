@@ -26,10 +26,11 @@ KINDS = {"f16": torch.float16, "bf16": torch.bfloat16}
 
 
 class FuseAll(NumbaFusionExecutor):
-    """Fuses single torch calls too (by default some stay in torch): the kernels are tested."""
+    """Fuses every region it can, single torch calls too (no cost model): the kernels are
+    tested."""
 
-    def fuse_single_call(self, region):
-        return True
+    def __init__(self):
+        super().__init__(cost_model=False)
 
 
 def _same(got: torch.Tensor, want: torch.Tensor) -> torch.Tensor:
