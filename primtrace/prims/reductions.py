@@ -16,7 +16,7 @@ from primtrace.dtypes import Category
 from primtrace.ir.proxy import TensorSpec
 from primtrace.ir.strides import contiguous_strides
 from primtrace.ir.symbol import Symbol, SymbolKind
-from primtrace.prims.meta import PrimContractError, is_tensor
+from primtrace.prims.meta import PrimContractError, is_number, is_tensor
 
 B, I, F, C = Category.BOOL, Category.INTEGER, Category.FLOATING, Category.COMPLEX
 ANY = frozenset({B, I, F, C})
@@ -96,7 +96,7 @@ amin = _prim("amin", _meta("amin", REAL, nonempty=True), _extreme_impl(torch.ami
 
 # --- var -------------------------------------------------------------------------------------
 def _var_meta(a, dims, *, correction):
-    if not isinstance(correction, (int, float)) or isinstance(correction, bool):
+    if not is_number(correction) or isinstance(correction, (bool, complex)):
         raise PrimContractError(f"prims.var: correction must be a number, got {correction!r}")
     return _meta("var", FLOAT_COMPLEX, result="real")(a, dims)
 

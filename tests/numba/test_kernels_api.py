@@ -15,7 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def two_regions(a, b):
     y = torch.exp(a) * b
-    s = y.sum(dim=1)                 # opaque (no ref): the elementwise ops around it are 2 regions
+    s = y.sum(dim=1)                 # prims.sum, which torch runs: the elementwise ops around it are 2 regions
     return torch.sigmoid(s) + 1, y
 
 
