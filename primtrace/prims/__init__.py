@@ -16,7 +16,7 @@ from primtrace.prims.structural import (broadcast_in_dim, convert_element_type, 
 from primtrace.prims.structural import complex_ as complex  # noqa: F401,A001
 from primtrace.prims.structural import full_like, full_strided  # noqa: F401
 from primtrace.prims.reductions import amax, amin, prod, var  # noqa: F401
-from primtrace.prims.reductions import sum  # noqa: F401,A004
+from primtrace.prims.reductions import sum  # noqa: F401
 
 #: name -> Symbol, every prim.
 ALL_PRIMS = {**_elementwise.PRIMS, **_structural.PRIMS, **_reductions.PRIMS,

@@ -84,7 +84,7 @@ def _extreme_impl(fn):
     return impl
 
 
-sum = _prim("sum", _meta("sum", ANY), _sum_impl,  # noqa: A001
+sum = _prim("sum", _meta("sum", ANY), _sum_impl,
             "The sum over `dims` (a tuple; none: a copy), in the input's dtype.")
 prod = _prim("prod", _meta("prod", ANY), _prod_impl,
              "The product over `dims` (a tuple; none: a copy), in the input's dtype.")

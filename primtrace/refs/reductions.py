@@ -107,7 +107,7 @@ def _nonzero(a):
 
 # --- sum, prod, mean -----------------------------------------------------------------------------
 @ref
-def sum(input, dim=None, keepdim=False, *, dtype=None):  # noqa: A001
+def sum(input, dim=None, keepdim=False, *, dtype=None):
     """The sum over `dim` (all dims by default), in `dtype`: int64 for bool and integers."""
     _require_tensor("sum", input)
     _check_dtype("sum", dtype)
@@ -281,13 +281,13 @@ def _logical(name, prim, empty_value, input, dim, keepdim):
 
 
 @ref
-def all(input, dim=None, keepdim=False):  # noqa: A001
+def all(input, dim=None, keepdim=False):
     """Whether every value over `dim` is nonzero (True for none); uint8 for uint8 inputs."""
     return _logical("all", prims.amin, True, input, dim, keepdim)
 
 
 @ref
-def any(input, dim=None, keepdim=False):  # noqa: A001
+def any(input, dim=None, keepdim=False):
     """Whether some value over `dim` is nonzero (False for none); uint8 for uint8 inputs."""
     return _logical("any", prims.amax, False, input, dim, keepdim)
 
