@@ -42,7 +42,7 @@ class OperatorExecutor(Executor):
     """Claims nodes one at a time by symbol, with an optional checker.
 
     ``register(prims.add, impl)`` (or ``register("add", impl)``) claims every ``prims.add``
-    node; ``register("torch.Tensor.sum", impl)`` claims an opaque node by its printed name.
+    node; ``register("torch.cumsum", impl)`` claims an opaque node by its printed name.
     ``checker(*node.args, **node.kwargs)`` sees the node's proxies (shape, dtype, device,
     strides) and constants and returns whether this executor should run it. The impl is
     called at run time with the node's argument values in the same positions.
