@@ -57,6 +57,8 @@ EXAMPLES = {
     "new_full": [T((2, 3)), (2, 3), 0.5], "new_zeros": [T((2, 3)), (2, 3)],
     "new_ones": [T((2, 3)), (2, 3)], "new_empty": [T((2, 3)), (2, 3)],
     "scalar_tensor": [0.5], "arange": [5],
+    "softmax": [T((2, 3)), 1], "log_softmax": [T((2, 3)), 1], "softmin": [T((2, 3)), 1],
+    "layer_norm": [T((2, 3)), (3,), T((3,)), T((3,))], "rms_norm": [T((2, 3)), (3,), T((3,))],
 }
 
 

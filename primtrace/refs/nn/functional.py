@@ -364,4 +364,9 @@ def prelu(input, weight):
     return maybe_convert(prims.where(prims.gt(x, 0), x, prims.mul(slope, x)), input.dtype)
 
 
+# --- over the reductions: softmax and the norms, the regression losses -------------------------
+from primtrace.refs.nn.losses import huber_loss, l1_loss, mse_loss, smooth_l1_loss  # noqa: E402
+from primtrace.refs.nn.softmax_norms import (layer_norm, log_softmax, rms_norm, softmax,  # noqa: E402
+                                             softmin)
+
 __all__ = exports(globals(), MODULE)
