@@ -51,7 +51,8 @@ def _softmax_input(name, input, dim, dtype, stacklevel=3):
     if dim is None:
         raise NotImplementedError(f"primtrace: {name}(dim=None), eager's deprecated implicit "
                                   "dim, has no ref; torch runs it")
-    if isinstance(dim, bool) or not hasattr(dim, "__index__"):
+    kind = getattr(dim, "python_type", type(dim))  # a runtime number while tracing
+    if issubclass(kind, (bool, float, complex)) or not hasattr(dim, "__index__"):
         raise TypeError(f"{name}(): argument 'dim' must be int, not {type_name(dim)}")
     if dtype is not None and not isinstance(dtype, torch.dtype):
         raise TypeError(f"{name}(): argument 'dtype' must be torch.dtype, not {type_name(dtype)}")
