@@ -40,7 +40,9 @@ def lower(trace: Trace, executors: list[Executor]) -> Trace:
             view.tags["claimed"] = frozenset(owner)
             view.tags["notes"] = notes
             for region in ex.partition(view):
-                _check_region(trace, ex, region, position, owner)
+                # against the nodes as they are now: a call kept whole no longer reads
+                # its prims' values (after CSE, a value another call's prims made)
+                _check_region(view, ex, region, position, owner)
                 call = single_call(region, nodes, trace.inputs)
                 if call is not None and not ex.fuse_single_call(region):
                     nodes = _replace(nodes, region.nodes, call)

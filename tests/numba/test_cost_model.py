@@ -106,3 +106,15 @@ def test_float16_call_reading_a_transposed_operand_runs_in_torch_below_huge_page
     torch.testing.assert_close(got, a.t() + b, rtol=0, atol=0)
     assert any(n.startswith("numba_fusion") for n in
                run(lambda a, b: a.t() + b, a.bfloat16(), b.bfloat16())[1])   # bf16 loads vectorize
+
+
+def test_a_call_kept_whole_after_cse_merged_its_prims_into_another_call():
+    """l1_loss's sub is CSE'd into mse_loss's: kept whole, l1_loss reads a and b again, and
+    the region holding that sub need not output it (was a LoweringError)."""
+    a, b = torch.randn(4, 6), torch.randn(4, 6)
+
+    def fn(a, b):
+        return F.mse_loss(a, b) + F.l1_loss(a, b, reduction="sum")
+    got, nodes = run(fn, a, b)
+    assert "torch.nn.functional.l1_loss" in nodes
+    torch.testing.assert_close(got, fn(a, b))
