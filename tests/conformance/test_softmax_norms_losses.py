@@ -296,9 +296,10 @@ def test_jit_default_executors(name, dtype):
         assert problem is None, problem
 
 
+@pytest.mark.parametrize("executors", [None, [primtrace.TORCH]], ids=["default", "torch"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
-def test_jit_torch_executor_program(dtype):
-    jfn = primtrace.jit(_program, executors=[primtrace.TORCH])
+def test_jit_program(dtype, executors):
+    jfn = primtrace.jit(_program, executors=executors)
     for _ in range(2):
         problem = check_sample(jfn, _program, SampleInput(_args(dtype), {}, str(dtype)))
         assert problem is None, problem
@@ -323,11 +324,8 @@ def test_gradients_through_jit_are_eagers(dtype):
             assert torch.allclose(a.grad, b.grad, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.xfail(reason="numba fusion executor: a region of two refs whose nested prims repeat "
-                          "(prims.sub(x, t) in mse_loss and in l1_loss's refs.sub) does not output "
-                          "a value a later node reads (LoweringError); the torch executor runs it",
-                   strict=False)
 def test_default_executors_mse_plus_l1():
+    """Two refs whose nested prims repeat (prims.sub(x, t)): once a LoweringError (0c11d28)."""
     x, t = make_tensor((4, 6), torch.float32, seed=1), make_tensor((4, 6), torch.float32, seed=2)
 
     def fn(a, b):
