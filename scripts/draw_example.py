@@ -2,7 +2,8 @@
 """Draw docs/trace.png: the execution trace of a small block with two fusion regions.
 
 A GELU-style activation (seven prims) and a gated residual (three prims) fuse into one
-Numba kernel each; layer_norm, which has no ref, runs in torch between them. The picture
+Numba kernel each; layer_norm, whose reductions are not fused yet, runs between them as
+torch's own call. The picture
 is what ``Trace.draw`` makes (needs matplotlib: ``pip install primtrace[draw]``).
 
     python scripts/draw_example.py                   (or: --output docs/trace.svg)
@@ -42,7 +43,7 @@ def main(argv=None) -> pathlib.Path:
     jfn = primtrace.jit(block, executors=executors())
     x, weight, bias = torch.randn(4, 8), torch.randn(8), torch.randn(8)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", primtrace.OpaqueOpWarning)  # layer_norm: expected
+        warnings.simplefilter("ignore", primtrace.OpaqueOpWarning)
         jfn(x, weight, bias)
     execution = primtrace.last_trace(jfn)
     drawing = execution.draw(args.output, title="block(x, weight, bias): execution trace")
