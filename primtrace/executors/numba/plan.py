@@ -152,9 +152,12 @@ def _rounded_to_half(region) -> set[str]:
         for q in n.inputs:
             users.setdefault(q.name, []).append(n)
     returned = {p.name for p in region.outputs}
-    return {name for name, nodes in users.items() if name not in returned and all(
-        n.symbol.name == "convert_element_type" and getattr(DTYPES.get(node_args(n)[1]), "kind", None) == "h"
-        for n in nodes)}
+
+    def to_half(n) -> bool:
+        target = DTYPES.get(node_args(n)[1]) if n.symbol.name == "convert_element_type" else None
+        return target is not None and target.kind == "h"
+    return {name for name, nodes in users.items()
+            if name not in returned and all(map(to_half, nodes))}
 
 
 class _Analyzer:
