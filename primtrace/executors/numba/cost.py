@@ -14,7 +14,7 @@ with ``benchmarks/single_ops.py`` (65 single ops fused vs eager) and ``benchmark
 - a few prims are slower in our kernels than in eager's even inside a chain (SLOW_PRIMS):
   they are not fused at all;
 - operands of several dtypes fuse (eager's casting loop does not vectorize), and so does any
-  output of at least ``cpu.HUGE_OUTPUT_BYTES`` (eager takes thousands of page faults on a
+  output of at least ``HUGE_OUTPUT_BYTES`` (eager takes thousands of page faults on a
   fresh 8 MiB output, ours asks for huge pages);
 - below ``MIN_HALF_ELEMENTS`` a kernel's fixed cost (launch, output allocation) eats the
   saving: torch runs the call.
@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 
 from primtrace.executors.base import Region
+from primtrace.executors.numba.backends.cpu import HUGE_OUTPUT_BYTES
 from primtrace.ir.proxy import TensorProxy
 from primtrace.ir.tree import proxies_in
 
@@ -67,7 +68,11 @@ def slow_on_cpu(name: str, dtype) -> bool:
     return name in SLOW_PRIMS and dtype.is_floating_point
 
 
-def fuse_single_call(region: Region, huge_output_bytes: int) -> bool:
+def _bytes(tensors) -> int:
+    return sum(p.numel() * p.dtype.itemsize for p in tensors)
+
+
+def fuse_single_call(region: Region) -> bool:
     """Whether the Numba kernel for one torch call's region beats torch's own on the CPU."""
     tensors = [p for p in (*region.inputs, *region.outputs)
                if isinstance(p, TensorProxy) and p.ndim > 0]
@@ -79,7 +84,7 @@ def fuse_single_call(region: Region, huge_output_bytes: int) -> bool:
     dtype = outputs[0].dtype if outputs else None
     if dtype in SLOWER_HALF_MATH and name in SLOWER_CALLS_HALF:
         return False     # slower even with huge pages (silu in float16 at 2^24: 1.14x eager)
-    if sum(p.numel() * p.dtype.itemsize for p in outputs) >= huge_output_bytes:
+    if _bytes(outputs) >= HUGE_OUTPUT_BYTES:
         return True
     prims = {n.symbol.name for n in region.nodes}
     if dtype in SLOWER_HALF_MATH:
@@ -88,7 +93,7 @@ def fuse_single_call(region: Region, huge_output_bytes: int) -> bool:
     return name not in SLOWER_CALLS and bool(prims & FASTER_MATH)
 
 
-def call_left_to_torch(nodes, huge_output_bytes: int) -> bool:
+def call_left_to_torch(nodes) -> bool:
     """Whether the prims `nodes` of one torch call run faster as that call, even in a chain."""
     call = nodes[0].origin
     outputs = [p for p in proxies_in(call.outputs) if isinstance(p, TensorProxy)]
@@ -97,7 +102,7 @@ def call_left_to_torch(nodes, huge_output_bytes: int) -> bool:
     if any((call.symbol.name, n.symbol.name) in kept for n in nodes):
         return True
     return (dtype is torch.float16 and any(_strided_inner(p) for p in proxies_in(call.args))
-            and sum(p.numel() * p.dtype.itemsize for p in outputs) < huge_output_bytes)
+            and _bytes(outputs) < HUGE_OUTPUT_BYTES)
 
 
 def _strided_inner(p) -> bool:

@@ -111,7 +111,7 @@ class NumbaFusionExecutor(FusionExecutor):
         if not tensors or len(args) != row.arity or not all(
                 isinstance(a, TensorProxy) or is_number(a) for a in args):
             return False
-        if self.cost_model and device == "cpu" and self.backend != "cuda":
+        if self._costed(device):
             from primtrace.executors.numba import cost
             if cost.slow_on_cpu(sym.name, tensors[0].dtype):
                 return False
@@ -133,6 +133,11 @@ class NumbaFusionExecutor(FusionExecutor):
             from primtrace.executors.numba.backends import cuda
             return cuda.BACKEND
         return ops.CPU
+
+    def _costed(self, device: str) -> bool:
+        """Whether the cost model decides here: it is on and kernels for `device` run on the
+        CPU (on CUDA eager launches a kernel per call too, so fusing never loses)."""
+        return self.cost_model and self._backend_for(device) == "cpu"
 
     def _backend_for(self, device: str) -> str:
         if device == "cuda" or self.backend == "cuda":
@@ -228,7 +233,7 @@ class NumbaFusionExecutor(FusionExecutor):
                 continue
             region = Region.from_nodes(trace, [nodes[i] for i in sorted(m)])
             try:   # the region as a whole: what no single node shows (plan.py's NotFusible)
-                plan = kernel_plan.analyze(region, self._backend(self._device_of(region)))
+                plan = kernel_plan.analyze(region, self._backend(self._device_of(region.nodes)))
             except NotFusible:
                 continue
             regions.append(PlannedRegion(region.nodes, region.inputs, region.outputs, plan))
@@ -239,34 +244,30 @@ class NumbaFusionExecutor(FusionExecutor):
         """Under the cost model on the CPU, a call with a prim left to torch (unlowered, or
         slow in our kernels: cost.SLOW_PRIMS) or one eager computes much faster
         (cost.call_left_to_torch) runs whole as the torch call, not as its prims."""
-        if not self.cost_model or self._backend_for(self._device_of(Region(nodes))) == "cuda":
+        if not self._costed(self._device_of(nodes)):
             return True
         from primtrace.executors.numba import cost
-        from primtrace.executors.numba.backends import cpu
         computing = [n for n in nodes if n.symbol.kind is SymbolKind.PRIM and any(
             isinstance(p, TensorProxy) for p in n.output_proxies)]   # not guards (check_fits)
-        return all(self.can_fuse(n) for n in computing) and not cost.call_left_to_torch(
-            nodes, cpu.HUGE_OUTPUT_BYTES)
+        return all(self.can_fuse(n) for n in computing) and not cost.call_left_to_torch(nodes)
 
     def fuse_single_call(self, region: Region) -> bool:
-        """One torch call fuses only where the kernel beats torch's own (cost.py);
-        on CUDA always (eager launches one kernel per call too)."""
-        if not self.cost_model or self._backend_for(self._device_of(region)) == "cuda":
+        """One torch call fuses only where the kernel beats torch's own (cost.py)."""
+        if not self._costed(self._device_of(region.nodes)):
             return True
         from primtrace.executors.numba import cost
-        from primtrace.executors.numba.backends import cpu
-        return cost.fuse_single_call(region, cpu.HUGE_OUTPUT_BYTES)
+        return cost.fuse_single_call(region)
 
     # --- compiling -------------------------------------------------------------------------
-    def _device_of(self, region: Region) -> str:
-        devices = {p.device.type for n in region.nodes for p in n.output_proxies
+    def _device_of(self, nodes: list[Node]) -> str:
+        devices = {p.device.type for n in nodes for p in n.output_proxies
                    if isinstance(p, TensorProxy)}
         return devices.pop() if len(devices) == 1 else "cpu"
 
     def compile(self, region: Region):
         """The region's callable, from the plan partition made (or a new one)."""
         plan = region.plan if isinstance(region, PlannedRegion) else None
-        if self._backend_for(self._device_of(region)) == "cuda":
+        if self._backend_for(self._device_of(region.nodes)) == "cuda":
             from primtrace.executors.numba.backends import cuda
             return cuda.compile_region(region, self.name, plan)
         from primtrace.executors.numba.backends import cpu
