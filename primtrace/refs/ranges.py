@@ -88,6 +88,7 @@ def _other_device(device, out) -> bool:
 def _result_dtype(name, start, end, dtype, out):
     """Complex bounds make the default complex dtype (a real dtype= is refused), else the
     default float dtype; out= brings its own."""
+    inferred = dtypes.default_float()
     if any(issubclass(_python_type(x), complex) for x in (start, end)):
         inferred = dtypes.default_complex()
         if dtype is not None and not dtype.is_complex:
@@ -97,7 +98,7 @@ def _result_dtype(name, start, end, dtype, out):
     if out is not None:
         _check_out_dtype(dtype, out)
         return out.dtype
-    return dtype or dtypes.default_float()
+    return dtype or inferred
 
 
 def _cpu(name, device, out):
@@ -120,6 +121,15 @@ def _finish(values, out):
     if tuple(out.shape) != tuple(values.shape):
         out = prims.resize(out, tuple(values.shape))
     return prims.copy_to(out, values)
+
+
+def _fill(shape, value, dtype, device):
+    """fill_(value): a checked conversion, except that the half types take the value through
+    float unchecked (2.0 ** 300 fills inf)."""
+    if dtype not in HALVES:
+        return filled(shape, value, dtype, device)
+    wide = prims.convert_element_type(filled(shape, value, torch.float64, device), torch.float32)
+    return prims.convert_element_type(wide, dtype)
 
 
 def _not_implemented(kernel, dtype):
@@ -189,8 +199,8 @@ def linspace(start, end, steps, *, out=None, dtype=None, layout=None, device=Non
     device = _cpu("linspace", device, out)
     shape = _shape(steps, out)
     with as_nodes():
-        if steps < 2:  # fill_(start): nothing, or start converted
-            values = filled(shape, 0 if steps == 0 else start, dtype, device)
+        if steps < 2:  # fill_(start): nothing, or start converted (half types via float)
+            values = _fill(shape, 0 if steps == 0 else start, dtype, device)
         else:
             values = _linspace_values(start, end, steps, shape, dtype, device)
     return _finish(values, out)
@@ -206,20 +216,28 @@ def _difference(s, e):
 
 def _exponents(s, e, k, first, steps):
     """scalar_start + step * i, scalar_end - step * (steps - 1 - i): float64 (complex: the
-    dtype itself), one rounding per operation."""
+    dtype itself, by c10::complex's formulas), one rounding per operation."""
     if s.dtype.is_complex:
-        step = prims.div(_difference(s, e), prims.full((), steps - 1, dtype=s.dtype,
-                                                         device=s.device))
-        signed = prims.where(first, step, prims.neg(step))
-        real = dtypes.to_real(s.dtype)
-        kk = prims.convert_element_type(k, real)
-        scaled = prims.complex(prims.mul(prims.real(signed), kk), prims.mul(prims.imag(signed), kk))
-        return exact_add(prims.where(first, s, e), scaled)
+        step = _complex_step(_difference(s, e), steps)
+        kk = prims.convert_element_type(k, dtypes.to_real(s.dtype))
+        sr, si = prims.real(step), prims.imag(step)
+        product = prims.complex(prims.sub(prims.mul(sr, kk), prims.mul(si, 0.0)),   # step * (k + 0i)
+                                prims.add(prims.mul(sr, 0.0), prims.mul(si, kk)))
+        return prims.where(first, exact_add(s, product), exact_sub(e, product))
     wide = torch.float64
     step = prims.div(prims.convert_element_type(_difference(s, e), wide), float(steps - 1))
     signed = prims.where(first, step, prims.neg(step))
     base = prims.where(first, prims.convert_element_type(s, wide), prims.convert_element_type(e, wide))
     return prims.add(base, prims.mul(signed, prims.convert_element_type(k, wide)))
+
+
+def _complex_step(difference, steps):
+    """difference / complex(steps - 1) as c10::complex divides (d = 0 <= c): rat = d / c,
+    scl = 1 / (c + d * rat); ((a + b * rat) * scl, (b - a * rat) * scl)."""
+    a, b = prims.real(difference), prims.imag(difference)
+    scl = 1.0 / float(torch.tensor(float(steps - 1), dtype=a.dtype))
+    return prims.complex(prims.mul(prims.add(a, prims.mul(b, 0.0)), scl),
+                         prims.mul(prims.sub(b, prims.mul(a, 0.0)), scl))
 
 
 def _base_value(base, dtype):
@@ -277,7 +295,7 @@ def logspace(start, end, steps, base=10.0, *, out=None, dtype=None, layout=None,
                 values = prims.broadcast_in_dim(prims.convert_element_type(value, dtype), shape, ())
                 values = prims.clone(values)
             else:
-                values = filled(shape, value, dtype, device)
+                values = _fill(shape, value, dtype, device)
         else:
             values = _logspace_values(start, end, steps, base, shape, dtype, device)
     return _finish(values, out)
@@ -293,16 +311,18 @@ def _int_arg(name, pname, position, value):
 
 
 @ref(declines=_declines)
-def eye(n, m=None, *, out=None, dtype=None, layout=None, device=None, pin_memory=False,
+def eye(n, *args, m=None, out=None, dtype=None, layout=None, device=None, pin_memory=False,
         requires_grad=False):
-    """An n x m matrix (m = n by default): ones on the diagonal, zeros elsewhere."""
+    """An n x m matrix (m = n by default, given second or as m=): ones on the diagonal,
+    zeros elsewhere."""
     dtype = check_options("eye", dtype, layout=layout, pin_memory=pin_memory,
                           requires_grad=requires_grad)
     n = _int_arg("eye", "n", 1, n)
-    if m is None:
-        m = n
-    else:
-        m = _int_arg("eye", "m", 2, m)
+    if len(args) > 1 or (args and (m is not None or args[0] is None)):
+        raise TypeError(f"eye() received an invalid combination of arguments - got "
+                        f"({', '.join(type_name(a) for a in (n, *args))})")
+    m = args[0] if args else m
+    m = n if m is None else _int_arg("eye", "m", 2, m)
     if n < 0:
         raise RuntimeError(f"n must be greater or equal to 0, got {n}")
     if m < 0:
