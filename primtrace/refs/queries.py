@@ -7,8 +7,6 @@ them, and a traced ``torch.equal(a, b)`` raises DataDependentError before any re
 """
 from __future__ import annotations
 
-import torch
-
 from primtrace import prims
 from primtrace.refs.comparison import eq, isclose
 from primtrace.refs.core import exports, is_tensor, ref

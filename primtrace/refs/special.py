@@ -105,20 +105,27 @@ def entr(input):
                                    prims.mul(prims.neg(input), prims.log(input))))
 
 
-# --- torch.special's softmax names: dim required, dtype third (F's third is _stacklevel) --------
-def _softmax_ref(name):
+# --- torch.special's softmax names: dim required; softmax's dtype may come third (F's third
+# parameter is _stacklevel), log_softmax's only by keyword ----------------------------------
+def _softmax_ref(name, positional_dtype):
     f_ref = getattr(functional, name)
 
-    def body(input, dim, dtype=None):
+    def call(input, dim, dtype):
         if dim is None:
             raise TypeError(f"special_{name}(): argument 'dim' (position 2) must be int, not "
                             f"NoneType")
         return f_ref(input, dim, dtype=dtype)
+    if positional_dtype:
+        def body(input, dim, dtype=None):
+            return call(input, dim, dtype)
+    else:
+        def body(input, dim, *, dtype=None):
+            return call(input, dim, dtype)
     body.__name__ = body.__qualname__ = name
-    body.__doc__ = f"torch.special.{name}(input, dim, dtype=None): F.{name} along a given dim."
+    body.__doc__ = f"torch.special.{name}: F.{name} along a given dim."
     return ref(body, module=MODULE)
 
 
-softmax, log_softmax = _softmax_ref("softmax"), _softmax_ref("log_softmax")
+softmax, log_softmax = _softmax_ref("softmax", True), _softmax_ref("log_softmax", False)
 
 __all__ = exports(globals(), MODULE)
