@@ -8,9 +8,8 @@ them, and a traced ``torch.equal(a, b)`` raises DataDependentError before any re
 from __future__ import annotations
 
 from primtrace import prims
-from primtrace.refs.comparison import eq, isclose
+from primtrace.refs import comparison, reductions
 from primtrace.refs.core import exports, is_tensor, ref
-from primtrace.refs.reductions import all as all_
 from primtrace.refs.scalars import type_name
 
 
@@ -37,14 +36,14 @@ def equal(input, other):
         return False
     if input.numel() == 0:
         return True
-    return bool(_read(all_(eq(input, other))))
+    return bool(_read(reductions.all(comparison.eq(input, other))))
 
 
 @ref
 def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
     """isclose(...).all(): one dtype for both, shapes that broadcast, eager's tolerance checks."""
     _tensors("allclose", input, other)
-    return bool(_read(all_(isclose(input, other, rtol, atol, equal_nan))))
+    return bool(_read(reductions.all(comparison.isclose(input, other, rtol, atol, equal_nan))))
 
 
 @ref
