@@ -28,7 +28,7 @@ from primtrace.refs.creation import (_check_out_dtype, _declines, _positions, _p
                                      as_nodes, check_fits, check_options, device_of, filled,
                                      shape_of)
 from primtrace.refs.fma import fma
-from primtrace.refs.scalars import type_name
+from primtrace.refs.scalars import concrete, type_name
 
 HALVES = (torch.float16, torch.bfloat16)
 
@@ -59,18 +59,20 @@ def _bounds(name, start, end, steps):
     if any(ndim for _, ndim in dims):
         raise RuntimeError(f"{name} only supports 0-dimensional start and end tensors, but got "
                            + " and ".join(f"{w} with {n} dimension(s)" for w, n in dims) + ".")
-    values = []
-    for x in (start, end):
-        if is_tensor(x):
-            if not isinstance(x, torch.Tensor) or type(x).__name__ == "TensorProxy":
-                raise NotImplementedError(f"primtrace: {name} with tensor bounds reads their "
-                                          "values; torch makes it")
-            x = x.item()
-        values.append(x)
+    values = [_read_tensor(name, x) if is_tensor(x) else x for x in (start, end)]
     steps = operator.index(steps)  # a runtime int is read: it is the length
     if steps < 0:
         raise RuntimeError("number of steps must be non-negative")
     return values[0], values[1], steps
+
+
+def _read_tensor(name, x):
+    """The number in a 0-dim tensor argument, read as eager reads it; a proxy's value is
+    unknown while tracing (the calls that pass one are left to torch)."""
+    if not isinstance(x, torch.Tensor) or type(x).__name__ == "TensorProxy":
+        raise NotImplementedError(f"primtrace: {name} with tensor arguments reads their values; "
+                                  "torch makes it")
+    return x.item()
 
 
 def _tensor_bound_declines(start=None, end=None, *args, device=None, out=None, **kwargs) -> bool:
@@ -240,11 +242,17 @@ def _complex_step(difference, steps):
                          prims.mul(prims.sub(b, prims.mul(a, 0.0)), scl))
 
 
-def _base_value(base, dtype):
-    """`base` as the kernel holds it: a float for integer results, else a double (complex)."""
-    if not (dtype.is_floating_point or dtype.is_complex):
-        return float(torch.tensor(base, dtype=torch.float32))
-    return float(base)
+def _base(base, dtype, power, device):
+    """`base` as the kernel holds it, a 0-dim tensor of `power`: a double, rounded to float
+    for integer results; a traced 0-dim tensor stays a tensor (its value is not read)."""
+    narrow = not (dtype.is_floating_point or dtype.is_complex)
+    if not is_tensor(base):
+        value = float(torch.tensor(base, dtype=torch.float32)) if narrow else float(base)
+        return prims.full((), value, dtype=power, device=device)
+    b = prims.convert_element_type(base, torch.float64)
+    if narrow:
+        b = prims.convert_element_type(b, torch.float32)
+    return prims.convert_element_type(b, power)
 
 
 def _logspace_values(start, end, steps, base, shape, dtype, device):
@@ -254,21 +262,17 @@ def _logspace_values(start, end, steps, base, shape, dtype, device):
     k, first = _offsets(shape, steps, device)
     x = _exponents(s, e, k, first, steps)
     power = x.dtype if dtype.is_complex else torch.float64
-    b = prims.full((), _base_value(base, dtype), dtype=power, device=device)
+    b = _base(base, dtype, power, device)
     return prims.convert_element_type(prims.libm_pow(b, x), dtype)
 
 
-def _first_power(start, base, dtype, device):
-    """steps == 1: fill_(std::pow(base, start as double)), through the same std::pow; a
-    complex result takes start as a complex double."""
+def _first_power(start, base, dtype):
+    """steps == 1: fill_(std::pow(base, start as a double)) (a complex double for a complex
+    result), computed now by the same std::pow; a runtime start is read (the trace is
+    specialized on it), since the fill's overflow check reads the power."""
     wide = torch.complex128 if dtype.is_complex else torch.float64
-    if hasattr(start, "python_type"):  # a runtime number: computed in the trace
-        return prims.libm_pow(prims.full((), float(base), dtype=wide, device=device),
-                              prims.full((), start, dtype=wide, device=device))
-    x = torch.tensor(start if dtype.is_complex else float(start.real) if isinstance(start, complex)
-                     else float(start), dtype=wide)
-    value = prims.libm_pow.impl(torch.tensor(float(base), dtype=wide), x).item()
-    return value
+    x = torch.tensor(concrete(start), dtype=wide)
+    return prims.libm_pow.impl(torch.tensor(float(base), dtype=wide), x).item()
 
 
 @ref(declines=_tensor_bound_declines)
@@ -279,9 +283,14 @@ def logspace(start, end, steps, base=10.0, *, out=None, dtype=None, layout=None,
     dtype = check_options("logspace", dtype, layout=layout, pin_memory=pin_memory,
                           requires_grad=requires_grad)
     start, end, steps = _bounds("logspace", start, end, steps)
-    if is_tensor(base) and isinstance(base, torch.Tensor) and type(base).__name__ != "TensorProxy":
-        base = base.item()
-    if not is_number(base) or issubclass(_python_type(base), complex) or is_tensor(base):
+    if is_tensor(base):  # a 0-dim tensor read as a double
+        if base.ndim != 0:
+            raise _invalid("logspace", start, end, steps)
+        if base.dtype.is_complex:
+            raise RuntimeError("value cannot be converted to type double without overflow")
+        if isinstance(base, torch.Tensor) and type(base).__name__ != "TensorProxy":
+            base = base.item()
+    elif not is_number(base) or issubclass(_python_type(base), complex):
         raise _invalid("logspace", start, end, steps)
     dtype = _result_dtype("logspace", start, end, dtype, out)
     device = _cpu("logspace", device, out)
@@ -289,13 +298,14 @@ def logspace(start, end, steps, base=10.0, *, out=None, dtype=None, layout=None,
     with as_nodes():
         if steps == 0:
             values = filled(shape, 0, dtype, device)
-        elif steps == 1:
-            value = _first_power(start, base, dtype, device)
-            if is_tensor(value):
-                values = prims.broadcast_in_dim(prims.convert_element_type(value, dtype), shape, ())
-                values = prims.clone(values)
-            else:
-                values = _fill(shape, value, dtype, device)
+        elif steps == 1 and not is_tensor(base):
+            values = _fill(shape, _first_power(start, base, dtype), dtype, device)
+        elif steps == 1:  # a traced tensor base: the power is not read (no overflow check)
+            wide = torch.complex128 if dtype.is_complex else torch.float64
+            power = prims.libm_pow(_base(base, torch.float64, wide, device),
+                                   prims.full((), start, dtype=wide, device=device))
+            values = prims.clone(prims.broadcast_in_dim(
+                prims.convert_element_type(power, dtype), shape, ()))
         else:
             values = _logspace_values(start, end, steps, base, shape, dtype, device)
     return _finish(values, out)

@@ -118,6 +118,10 @@ LOGSPACE_CASES = [
                     torch.uint8, torch.int8, torch.complex64, torch.bool)),
     *(((0, 3, steps), {}) for steps in STEPS),
     ((0, 3, 4), {"base": 1j}), ((0, 3, 4), {"base": torch.tensor(2.0)}), ((0, 3, 4), {"base": "x"}),
+    *(((0, 3, steps), {"base": base, "dtype": dtype}) for steps in (1, 4)
+      for base in (torch.tensor(2), torch.tensor([2.0]), torch.tensor(True), torch.tensor(2 + 1j),
+                   torch.tensor(0.1, dtype=torch.float64))
+      for dtype in (None, torch.int64, torch.complex64)),
     ((torch.tensor(0), torch.tensor(3), 4), {}), ((torch.tensor(0.5), 3, 1), {}),
     ((0, 3, -1), {}), ((0, 3, 2.0), {}), ((0, 3), {}), ((3, 40, 1), {"dtype": torch.int8}),
 ]
@@ -247,6 +251,16 @@ def test_tensor_bounds_are_left_to_torch_while_tracing():
         warnings.simplefilter("ignore", primtrace.OpaqueOpWarning)
         assert bits_equal(jfn(x), fn(x))
     assert [n.symbol.kind for n in primtrace.last_traces(jfn)[0].nodes][-1] == "opaque"
+
+
+@pytest.mark.parametrize("steps", [1, 6])
+def test_a_tensor_base_is_not_read_while_tracing(steps):
+    fn = lambda x, b: x + torch.logspace(-1, 2.5, steps, base=b)  # noqa: E731
+    jfn = primtrace.jit(fn)
+    x = torch.zeros(steps)
+    for b in (torch.tensor(2.0), torch.tensor(0.1), torch.tensor(3)):
+        assert bits_equal(jfn(x, b), fn(x, b))
+    assert primtrace.cache_info(jfn).misses == 2  # one per base dtype
 
 
 def test_a_runtime_start_stays_an_input():
