@@ -15,7 +15,9 @@ _COMPLEX_OF = (torch.float16, torch.float32, torch.float64)
 
 
 def _offset(x) -> int:
-    return x.storage_offset() if isinstance(x, torch.Tensor) and type(x).__name__ != "TensorProxy" else 0
+    """A real tensor's storage offset; a proxy's is 0 (traced tensors are offset-free)."""
+    real = isinstance(x, torch.Tensor) and type(x).__name__ != "TensorProxy"
+    return x.storage_offset() if real else 0
 
 
 @ref
@@ -38,8 +40,9 @@ def view_as_complex(input):
         raise TypeError(f"view_as_complex(): argument 'input' (position 1) must be Tensor, not "
                         f"{type_name(input)}")
     if input.dtype not in _COMPLEX_OF:
-        raise RuntimeError("view_as_complex is only supported for half, float and double tensors, "
-                           f"but got a tensor of scalar type: {dtypes.scalar_type_name(input.dtype)}")
+        raise RuntimeError("view_as_complex is only supported for half, float and double "
+                           f"tensors, but got a tensor of scalar type: "
+                           f"{dtypes.scalar_type_name(input.dtype)}")
     if input.ndim == 0:
         raise RuntimeError("Input tensor must have one or more dimensions")
     if input.shape[-1] != 2:

@@ -223,13 +223,14 @@ def _exponents(s, e, k, first, steps):
         step = _complex_step(_difference(s, e), steps)
         kk = prims.convert_element_type(k, dtypes.to_real(s.dtype))
         sr, si = prims.real(step), prims.imag(step)
-        product = prims.complex(prims.sub(prims.mul(sr, kk), prims.mul(si, 0.0)),   # step * (k + 0i)
+        product = prims.complex(prims.sub(prims.mul(sr, kk), prims.mul(si, 0.0)),  # step * (k + 0i)
                                 prims.add(prims.mul(sr, 0.0), prims.mul(si, kk)))
         return prims.where(first, exact_add(s, product), exact_sub(e, product))
     wide = torch.float64
     step = prims.div(prims.convert_element_type(_difference(s, e), wide), float(steps - 1))
     signed = prims.where(first, step, prims.neg(step))
-    base = prims.where(first, prims.convert_element_type(s, wide), prims.convert_element_type(e, wide))
+    s, e = prims.convert_element_type(s, wide), prims.convert_element_type(e, wide)
+    base = prims.where(first, s, e)
     return prims.add(base, prims.mul(signed, prims.convert_element_type(k, wide)))
 
 
@@ -347,7 +348,7 @@ def eye(n, *args, m=None, out=None, dtype=None, layout=None, device=None, pin_me
         cols = prims.iota(m, start=0, step=1, dtype=torch.int64, device=device)
         diagonal = prims.eq(prims.broadcast_in_dim(rows, (n, m), (0,)),
                             prims.broadcast_in_dim(cols, (n, m), (1,)))
-        values = prims.convert_element_type(diagonal, dtype) if dtype is not torch.bool else diagonal
+        values = diagonal if dtype is torch.bool else prims.convert_element_type(diagonal, dtype)
     return _finish(values, out)
 
 
@@ -436,7 +437,8 @@ def _make_indices(name, upper):
     return ref(indices, declines=_declines)
 
 
-tril_indices, triu_indices = _make_indices("tril_indices", False), _make_indices("triu_indices", True)
+tril_indices = _make_indices("tril_indices", False)
+triu_indices = _make_indices("triu_indices", True)
 
 
 # --- empty_strided, new_empty_strided ------------------------------------------------------------

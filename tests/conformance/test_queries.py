@@ -67,7 +67,8 @@ def _check(ours, eager, what):
     else:
         assert not isinstance(ours, Exception), f"{what}: ours raised {ours!r}"
         assert type(ours) is type(eager), f"{what}: ours {ours!r}, eager {eager!r}"
-        same = ours == eager or (isinstance(eager, float) and math.isnan(eager) and math.isnan(ours))
+        nans = isinstance(eager, float) and math.isnan(eager) and math.isnan(ours)
+        same = ours == eager or nans
         assert same, f"{what}: ours {ours!r}, eager {eager!r}"
 
 

@@ -16,7 +16,8 @@ import torch
 import primtrace
 from primtrace import refs
 from primtrace.refs.ranges import contracts_to_fma
-from tests.conformance.creation_helpers import calls, method, with_float64_default, with_values_erased
+from tests.conformance.creation_helpers import (calls, method, with_float64_default,
+                                                with_values_erased)
 from tests.conformance.harness import ALL_DTYPES, OpSpec, run_conformance
 
 DTYPE_CHOICES = (None, *ALL_DTYPES)
@@ -51,11 +52,13 @@ def _sweep(fn, seed, per_dtype):
     for dtype in RANGE_DTYPES:
         for _ in range(per_dtype):
             if dtype.is_floating_point or dtype.is_complex:
-                pick = lambda: rng.choice([rng.uniform(-100, 100), rng.randint(-50, 50),  # noqa: E731
-                                           rng.uniform(-1, 1), rng.uniform(-1e4, 1e4), 0.0])
+                choices = lambda: [rng.uniform(-100, 100), rng.randint(-50, 50),  # noqa: E731
+                                   rng.uniform(-1, 1), rng.uniform(-1e4, 1e4), 0.0]
             else:
-                low, high = {torch.uint8: (0, 255), torch.int8: (-128, 127)}.get(dtype, (-1000, 1000))
-                pick = lambda: rng.choice([rng.randint(low, high), rng.uniform(low, high)])  # noqa: E731
+                low, high = {torch.uint8: (0, 255), torch.int8: (-128, 127)}.get(dtype,
+                                                                                 (-1000, 1000))
+                choices = lambda: [rng.randint(low, high), rng.uniform(low, high)]  # noqa: E731
+            pick = lambda: rng.choice(choices())  # noqa: E731
             start, end = pick(), pick()
             if dtype.is_complex and rng.random() < 0.7:
                 start = complex(start, pick())
@@ -173,12 +176,13 @@ def test_conformance(spec):
 @pytest.mark.parametrize("case", STRIDED_CASES[:7], ids=str)
 def test_empty_strided_strides(case):
     args, kwargs = case
-    assert refs.empty_strided(*args, **kwargs).stride() == torch.empty_strided(*args, **kwargs).stride()
+    expected = torch.empty_strided(*args, **kwargs).stride()
+    assert refs.empty_strided(*args, **kwargs).stride() == expected
     x = torch.ones(3, dtype=torch.float16)
     assert refs.new_empty_strided(x, *args).stride() == x.new_empty_strided(*args).stride()
 
 
-# --- out= ------------------------------------------------------------------------------------------
+# --- out= ----------------------------------------------------------------------------------------
 OUT_CASES = [
     ("linspace", (0, 3, 4), {}, torch.full((4,), 7, dtype=torch.int32)),
     ("linspace", (0, 3, 4), {}, torch.full((2,), 7.0)),
@@ -196,14 +200,15 @@ OUT_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", OUT_CASES, ids=lambda c: f"{c[0]}{c[1]}{c[2]}->{c[3].dtype}{list(c[3].shape)}")
+@pytest.mark.parametrize("case", OUT_CASES,
+                         ids=lambda c: f"{c[0]}{c[1]}{c[2]}->{c[3].dtype}{list(c[3].shape)}")
 def test_out(case):
     from tests.conformance.test_creation import check_out
     name, args, kwargs, out = case
     assert check_out(getattr(refs, name), name, args, kwargs, out) is None
 
 
-# --- through jit -----------------------------------------------------------------------------------
+# --- through jit ---------------------------------------------------------------------------------
 JIT_CALLS = {
     "linspace + x": lambda x: x + torch.linspace(0, 1, 5),
     "linspace f64": lambda x: torch.linspace(-3.3, 17.1, 1000, dtype=torch.float64) * x.sum(),
