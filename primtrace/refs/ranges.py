@@ -34,8 +34,9 @@ HALVES = (torch.float16, torch.bfloat16)
 
 
 def contracts_to_fma() -> bool:
-    """Whether eager's linspace kernel rounds start + step * i once: its SIMD builds (and any
-    aarch64 build) are compiled with FMA and GCC contracts; x86's DEFAULT build has no FMA."""
+    """Whether eager's linspace kernel rounds start + step * i once: its x86 SIMD builds are
+    compiled with FMA and GCC contracts, its x86 DEFAULT build has no FMA (both measured).
+    Other machines (aarch64: FMA is baseline) are assumed to contract, not measured."""
     x86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
     return not (x86 and torch.backends.cpu.get_cpu_capability() == "DEFAULT")
 
