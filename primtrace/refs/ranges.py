@@ -10,7 +10,8 @@ as c10::Half's operators do. Where torch runs its DEFAULT (non-SIMD) x86 build
 (``ATEN_CPU_CAPABILITY=default``), nothing is fused and each op rounds. Measured against
 eager on x86 under AVX-512, AVX2 and DEFAULT; other devices' kernels differ, so their calls
 are left to torch. logspace is RangeFactories.cpp's loop (no FMA there):
-``std::pow(base, start + step * i)`` in float64, by ``prims.libm_pow``.
+``std::pow(base, start + step * i)`` in float64 (base a double for every result dtype), by
+``prims.libm_pow``, then the loop's conversion to the result dtype.
 
 A 0-dim tensor start/end is read, as eager reads it (``.item()``); while tracing that is a
 read of data, so such calls are left to torch.
@@ -244,17 +245,12 @@ def _complex_step(difference, steps):
                          prims.mul(prims.sub(b, prims.mul(a, 0.0)), scl))
 
 
-def _base(base, dtype, power, device):
-    """`base` as the kernel holds it, a 0-dim tensor of `power`: a double, rounded to float
-    for integer results; a traced 0-dim tensor stays a tensor (its value is not read)."""
-    narrow = not (dtype.is_floating_point or dtype.is_complex)
+def _base(base, power, device):
+    """`base` as the kernel holds it (a double, or the complex dtype), a 0-dim tensor of
+    `power`; a traced 0-dim tensor stays a tensor (its value is not read)."""
     if not is_tensor(base):
-        value = float(torch.tensor(base, dtype=torch.float32)) if narrow else float(base)
-        return prims.full((), value, dtype=power, device=device)
-    b = prims.convert_element_type(base, torch.float64)
-    if narrow:
-        b = prims.convert_element_type(b, torch.float32)
-    return prims.convert_element_type(b, power)
+        return prims.full((), float(base), dtype=power, device=device)
+    return prims.convert_element_type(prims.convert_element_type(base, torch.float64), power)
 
 
 def _logspace_values(start, end, steps, base, shape, dtype, device):
@@ -264,8 +260,10 @@ def _logspace_values(start, end, steps, base, shape, dtype, device):
     k, first = _offsets(shape, steps, device)
     x = _exponents(s, e, k, first, steps)
     power = x.dtype if dtype.is_complex else torch.float64
-    b = _base(base, dtype, power, device)
-    return prims.convert_element_type(prims.libm_pow(b, x), dtype)
+    values = prims.libm_pow(_base(base, power, device), x)
+    if dtype is torch.uint8:  # the loop's double -> uint8_t is x86's truncation to int32, then
+        values = prims.convert_element_type(values, torch.int32)  # its low byte
+    return prims.convert_element_type(values, dtype)
 
 
 def _first_power(start, base, dtype):
@@ -304,7 +302,7 @@ def logspace(start, end, steps, base=10.0, *, out=None, dtype=None, layout=None,
             values = _fill(shape, _first_power(start, base, dtype), dtype, device)
         elif steps == 1:  # a traced tensor base: the power is not read (no overflow check)
             wide = torch.complex128 if dtype.is_complex else torch.float64
-            power = prims.libm_pow(_base(base, torch.float64, wide, device),
+            power = prims.libm_pow(_base(base, wide, device),
                                    prims.full((), start, dtype=wide, device=device))
             values = prims.clone(prims.broadcast_in_dim(
                 prims.convert_element_type(power, dtype), shape, ()))

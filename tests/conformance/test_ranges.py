@@ -73,15 +73,51 @@ def _sweep(fn, seed, per_dtype):
             yield start, end, steps, kwargs
 
 
+def _wide_sweep(fn, seed, per_dtype):
+    """Bounds from 1e-300 to 1e300 (subnormals, 2**53 + 1, signed zeros), integer bounds at
+    their dtype's limits, results that overflow integer dtypes, steps past the SIMD widths."""
+    rng = random.Random(seed)
+
+    def pick():
+        scale = rng.choice([1e-300, 1e-30, 1e-5, 1, 1e3, 1e8, 1e15, 1e30, 1e300, 2.0 ** 60])
+        if rng.random() < 0.1:
+            return rng.choice([0.0, -0.0, 5e-324, -1.0, 2.0 ** 53 + 1])
+        if rng.random() < 0.3:
+            return float(rng.randint(-10 ** 6, 10 ** 6))
+        return rng.uniform(-scale, scale)
+    for dtype in RANGE_DTYPES:
+        for _ in range(per_dtype):
+            start, end = pick(), pick()
+            kwargs = {"dtype": dtype}
+            if fn == "logspace":
+                start, end = start % 50 - 25, end % 50 - 25
+                kwargs["base"] = rng.choice([10.0, 2.0, 1.5, 0.3, -3.0, 1e10])
+            if not (dtype.is_floating_point or dtype.is_complex):
+                info = torch.iinfo(dtype)
+                start, end = (max(min(int(x), info.max), info.min) for x in (start, end))
+            yield start, end, rng.choice([2, 3, 9, 100, 4097]), kwargs
+
+
+@pytest.mark.parametrize("sweep", [_sweep, _wide_sweep], ids=["moderate", "wide"])
 @pytest.mark.parametrize("fn", ["linspace", "logspace"])
-def test_values_are_eagers_bits(fn):
+def test_values_are_eagers_bits(fn, sweep):
     failures = []
-    for start, end, steps, kwargs in _sweep(fn, seed=0, per_dtype=25):
-        expected = getattr(torch, fn)(start, end, steps, **kwargs)
-        got = getattr(refs, fn)(start, end, steps, **kwargs)
-        if not bits_equal(got, expected):
+    for start, end, steps, kwargs in sweep(fn, seed=0, per_dtype=25):
+        expected = _outcome(getattr(torch, fn), start, end, steps, **kwargs)
+        got = _outcome(getattr(refs, fn), start, end, steps, **kwargs)
+        if isinstance(expected, Exception) or isinstance(got, Exception):
+            if type(got) is not type(expected):
+                failures.append((start, end, steps, kwargs, expected, got))
+        elif not bits_equal(got, expected):
             failures.append((start, end, steps, kwargs))
     assert not failures, f"{len(failures)} calls differ, e.g. {failures[:3]}"
+
+
+def _outcome(fn, *args, **kwargs):
+    try:
+        return fn(*args, **kwargs)
+    except Exception as e:  # eager's verdict is the spec
+        return e
 
 
 def test_linspace_rounds_once_where_eager_fuses():
