@@ -19,6 +19,7 @@ from primtrace.refs.ranges import contracts_to_fma
 from tests.conformance.creation_helpers import (calls, method, with_float64_default,
                                                 with_values_erased)
 from tests.conformance.harness import ALL_DTYPES, OpSpec, run_conformance
+from tests.conformance.test_creation import check_out
 
 DTYPE_CHOICES = (None, *ALL_DTYPES)
 RANGE_DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64,
@@ -239,9 +240,18 @@ OUT_CASES = [
 @pytest.mark.parametrize("case", OUT_CASES,
                          ids=lambda c: f"{c[0]}{c[1]}{c[2]}->{c[3].dtype}{list(c[3].shape)}")
 def test_out(case):
-    from tests.conformance.test_creation import check_out
     name, args, kwargs, out = case
     assert check_out(getattr(refs, name), name, args, kwargs, out) is None
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("case", OUT_CASES,
+                         ids=lambda c: f"{c[0]}{c[1]}{c[2]}->{c[3].dtype}{list(c[3].shape)}")
+def test_out_through_jit(case):
+    name, args, kwargs, out = case
+    torch_fn = getattr(torch, name)
+    jfn = primtrace.jit(lambda *a, out, **k: torch_fn(*a, out=out, **k))
+    assert check_out(jfn, name, args, kwargs, out) is None
 
 
 # --- through jit ---------------------------------------------------------------------------------
