@@ -115,12 +115,14 @@ def dependency_graph(trace: Trace) -> nx.DiGraph:
     """The trace's dependencies as a DiGraph over node indices (attribute ``node``).
 
     Besides dataflow (edge attribute ``proxy``) it has ordering edges (``order=True``): a
-    read of a tensor before an in-place write to it comes before the write, and nodes with
-    side effects keep their relative order. Any schedule of this graph is a valid one.
+    read of a tensor before an in-place write to it, or to a view sharing its memory (the
+    tracer's ``trace.tags["alias_roots"]``), comes before the write, and nodes with side
+    effects keep their relative order. Any schedule of this graph is a valid one.
     """
     g = nx.DiGraph()
     producer: dict[str, int] = {}
-    readers: dict[str, list[int]] = {}
+    readers: dict[str, list[int]] = {}   # memory (an alias root's name) -> its readers
+    roots = trace.tags.get("alias_roots", {})
     last_effect = None
     for i, node in enumerate(trace.nodes):
         g.add_node(i, node=node)
@@ -129,7 +131,7 @@ def dependency_graph(trace: Trace) -> nx.DiGraph:
                 g.add_edge(producer[p.name], i, proxy=p)
         written = mutated_proxy(node)
         if written is not None:
-            for r in readers.get(written.name, ()):
+            for r in readers.get(roots.get(written.name, written.name), ()):
                 if r != i:
                     g.add_edge(r, i, order=True)
         if not is_pure(node) and node.symbol.kind is not SymbolKind.FUSED:
@@ -137,7 +139,7 @@ def dependency_graph(trace: Trace) -> nx.DiGraph:
                 g.add_edge(last_effect, i, order=True)
             last_effect = i
         for p in node.inputs:
-            readers.setdefault(p.name, []).append(i)
+            readers.setdefault(roots.get(p.name, p.name), []).append(i)
         for p in node.output_proxies:
             producer.setdefault(p.name, i)
     return g
@@ -207,6 +209,26 @@ class FusionExecutor(Executor, abc.ABC):
                    for m in members.values() if len(m) >= self.min_region_size]
         regions.sort(key=lambda r: trace.nodes.index(r.nodes[0]))
         return regions
+
+
+def reads_alias_of_write(trace: Trace, nodes: list[Node]) -> bool:
+    """Whether `nodes` write into a tensor they receive (an in-place prim on a value made
+    outside them) and also receive another view of that memory (x.t() while writing x).
+
+    One kernel cannot do both: it would read elements its own stores already changed
+    (eager reads them all first, or refuses). The same proxy read and written is fine: each
+    element is read before it is written, at the same index."""
+    roots = trace.tags.get("alias_roots")
+    if not roots:
+        return False
+    produced = {p.name for n in nodes for p in n.output_proxies}
+    written = {mutated_proxy(n).name for n in nodes if mutated_proxy(n) is not None}
+    written = {name for name in written if name not in produced}
+    if not written:
+        return False
+    memory = {roots.get(name, name) for name in written}
+    return any(p.name not in produced and p.name not in written
+               and roots.get(p.name, p.name) in memory for n in nodes for p in n.inputs)
 
 
 def creates_cycle(g: nx.DiGraph, group: dict, members: dict, a, b) -> bool:

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 import torch
 
-from primtrace.executors.base import FusionExecutor, Region, creates_cycle, dependency_graph
+from primtrace.executors.base import (FusionExecutor, Region, creates_cycle, dependency_graph,
+                                      reads_alias_of_write)
 from primtrace.executors.numba import ops
 from primtrace.executors.numba import plan as kernel_plan
 from primtrace.executors.numba.plan import NotFusible, Plan, is_number, node_args
@@ -189,7 +190,8 @@ class NumbaFusionExecutor(FusionExecutor):
                         return False
                     shapes.add(tuple(p.shape))
                     devices.add(p.device)
-            return work and len(shapes) <= 1 and len(devices) <= 1
+            return (work and len(shapes) <= 1 and len(devices) <= 1
+                    and not reads_alias_of_write(trace, [nodes[i] for i in m]))
 
         def merge(a, b) -> bool:
             if a == b:
