@@ -20,6 +20,7 @@ from primtrace.refs.conversion import clone as _clone
 from primtrace.refs.conversion import copy_as, suggest_memory_format
 from primtrace.refs.core import exports, is_tensor, maybe_convert, ref
 from primtrace.refs.creation import filled, new_in_format
+from primtrace.refs.out import _non_overlapping_and_dense as non_overlapping_and_dense
 from primtrace.refs.promotion import result_type
 from primtrace.refs.reductions import sum as _sum
 from primtrace.refs.views import (as_int, int_list, reshaped, select_dim, slice_dim, swap, wrap,
@@ -58,7 +59,7 @@ def written(new, view, value):
 def joined(name, tensors, dim):
     """Eager's cat: promoted dtype, 1-d empty tensors skipped, eager's checks and layout."""
     if not tensors:
-        raise RuntimeError(f"torch.{name}(): expected a non-empty list of Tensors")
+        raise ValueError(f"torch.{name}(): expected a non-empty list of Tensors")
     for i, t in enumerate(tensors):
         if t.ndim == 0:
             raise RuntimeError(f"zero-dimensional tensor (at position {i}) cannot be concatenated")
@@ -208,7 +209,8 @@ def _dims(name, ndim, dims) -> tuple:
 def flip(input, *dims):
     """A copy with the order of `dims` reversed (input's memory order)."""
     require_tensor("flip", input)
-    return prims.flip(input, _dims("flip", input.ndim, int_list("flip", "dims", dims, 2)))
+    dims = _dims("flip", input.ndim, int_list("flip", "dims", dims, 2))
+    return prims.flip(input, dims if input.ndim else ())
 
 
 @ref
@@ -294,7 +296,7 @@ def repeat(input, *sizes):
     """Tensor.repeat: input tiled `sizes` times per dim (new leading dims first): a new
     row-major tensor."""
     require_tensor("repeat", input, "self")
-    repeats = int_list("repeat", "repeats", sizes)
+    repeats = int_list("repeat", "repeats", sizes, required=True)
     if len(repeats) < input.ndim:
         raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number "
                            "of dimensions of tensor")
@@ -421,7 +423,7 @@ def sum_to_size(input, *size):
     """input summed down to `size` (which must expand to input's shape); input itself when
     nothing is summed."""
     require_tensor("sum_to_size", input, "self")
-    size = int_list("sum_to_size", "size", size)
+    size = int_list("sum_to_size", "size", size, required=True)
     shape = tuple(input.shape)
     if len(size) > len(shape) or expand_strides(size, (0,) * len(size), shape) is None:
         raise RuntimeError(f"size {{{list(size)}}} is not expandable to size {{{list(shape)}}}.")
@@ -434,6 +436,12 @@ def sum_to_size(input, *size):
         return input
     total = _sum(input, tuple(dims), keepdim=True)
     return reshaped(total, size) if lead else total
+
+
+def _scatter_declines(input, *args, **kwargs) -> bool:
+    """Eager copies an input that is not dense storage and all (sliced, expanded) in its
+    own way (clone_preserve_strides): torch makes those."""
+    return is_tensor(input) and not non_overlapping_and_dense(input)
 
 
 def _scattered(name, input, src, view_of):
@@ -449,7 +457,7 @@ def _scattered(name, input, src, view_of):
     return written(new, view, src)
 
 
-@ref
+@ref(declines=_scatter_declines)
 def slice_scatter(input, src, dim=0, start=None, end=None, step=1):
     """A copy of input with src written into input[..., start:end:step, ...] along dim."""
     require_tensor("slice_scatter", input)
@@ -465,7 +473,7 @@ def slice_scatter(input, src, dim=0, start=None, end=None, step=1):
     return _scattered("slice_scatter", input, src, lambda new: slice_dim(new, d, b, e, step))
 
 
-@ref
+@ref(declines=_scatter_declines)
 def select_scatter(input, src, dim, index):
     """A copy of input with src written into input.select(dim, index)."""
     require_tensor("select_scatter", input)
@@ -479,7 +487,7 @@ def select_scatter(input, src, dim, index):
     return _scattered("select_scatter", input, src, lambda new: select_dim(new, d, i % n))
 
 
-@ref
+@ref(declines=_scatter_declines)
 def diagonal_scatter(input, src, offset=0, dim1=0, dim2=1):
     """A copy of input with src written into input.diagonal(offset, dim1, dim2)."""
     require_tensor("diagonal_scatter", input)
@@ -492,7 +500,7 @@ def diagonal_scatter(input, src, offset=0, dim1=0, dim2=1):
                       lambda new: prims.diagonal(new, offset, d1, d2))
 
 
-@ref
+@ref(declines=_scatter_declines)
 def as_strided_scatter(input, src, size, stride, storage_offset=None):
     """A copy of input with src written into copy.as_strided(size, stride, storage_offset)."""
     require_tensor("as_strided_scatter", input)

@@ -20,7 +20,9 @@ from primtrace import prims
 from primtrace.prims.views import compute_stride, expand_strides
 from primtrace.refs.conversion import copy_as
 from primtrace.refs.core import broadcast_shapes as _broadcast_shapes
-from primtrace.refs.core import exports, is_number, is_tensor, ref
+from primtrace.ir.strides import contiguous_strides
+from primtrace.refs.core import exports, is_tensor, ref
+from primtrace.refs.creation import filled
 from primtrace.refs.reductions import wrap_dim
 
 _SEQUENCE = (tuple, list, torch.Size)
@@ -43,8 +45,11 @@ def as_int(name, argument, value, position=1) -> int:
     return operator.index(value)
 
 
-def int_list(name, argument, values, position=1) -> tuple:
-    """A size or dims argument: varargs of ints or one sequence of ints."""
+def int_list(name, argument, values, position=1, required=False) -> tuple:
+    """A size or dims argument: varargs of ints or one sequence of ints (`required`: eager's
+    TypeError when there is none)."""
+    if required and not values:
+        raise TypeError(f'{name}() missing 1 required positional arguments: "{argument}"')
     if len(values) == 1 and isinstance(values[0], _SEQUENCE):
         values = tuple(values[0])
     out = []
@@ -171,6 +176,9 @@ def unflatten(input, dim, sizes):
     """Dim `dim` split into `sizes` (one may be -1): a view."""
     require_tensor("unflatten", input)
     d = wrap(as_int("unflatten", "dim", dim, 2), input.ndim)
+    if input.ndim == 0:
+        raise RuntimeError("unflatten got an unexpected error:\nDimension specified as 0 but "
+                           "tensor has no dimensions")
     sizes = int_list("unflatten", "sizes", (sizes,), 3)
     if not sizes:
         raise RuntimeError("unflatten: sizes must be non-empty")
@@ -234,22 +242,24 @@ def t(input):
     return prims.permute(input, tuple(range(input.ndim))[::-1])
 
 
-@ref
+@ref(declines=lambda input: is_tensor(input) and input.dtype.is_complex)
 def adjoint(input):
     """The transpose of the last two dims (real dtypes; complex conjugation is torch's)."""
     require_tensor("adjoint", input)
     if input.dtype.is_complex:
         raise NotImplementedError("primtrace: adjoint of a complex tensor has no ref")
+    if input.ndim == 0:
+        return prims.permute(input, ())
     if input.ndim < 2:
         raise RuntimeError(f"tensor.adjoint() is only supported on matrices or batches of "
                            f"matrices. Got {input.ndim}-D tensor.")
     return prims.permute(input, swap(input.ndim, input.ndim - 2, input.ndim - 1))
 
 
-def _movedim_dims(name, ndim, dims, position) -> tuple:
+def _movedim_dims(name, dims, position) -> tuple:
     if isinstance(dims, _SEQUENCE):
-        return tuple(wrap(as_int(name, "source", d, position), ndim) for d in dims)
-    return (wrap(as_int(name, "source", dims, position), ndim),)
+        return tuple(as_int(name, "source", d, position) for d in dims)
+    return (as_int(name, "source", dims, position),)
 
 
 @ref(aliases=("moveaxis",))
@@ -257,12 +267,13 @@ def movedim(input, source, destination):
     """Dims `source` moved to positions `destination`, the others in order (a view)."""
     require_tensor("movedim", input)
     ndim = input.ndim
-    src = _movedim_dims("movedim", ndim, source, 2)
-    dst = _movedim_dims("movedim", ndim, destination, 3)
+    src = _movedim_dims("movedim", source, 2)
+    dst = _movedim_dims("movedim", destination, 3)
     if len(src) != len(dst):
         raise RuntimeError(f"movedim: Invalid source or destination dims: source ({list(src)} "
                            f"dims) should contain the same number of dims as destination "
                            f"({list(dst)} dims)")
+    src, dst = tuple(wrap(d, ndim) for d in src), tuple(wrap(d, ndim) for d in dst)
     for what, ds in (("source", src), ("destination", dst)):
         if len(set(ds)) != len(ds):
             raise RuntimeError(f"movedim: repeated dim in `{what}` ({list(ds)})")
@@ -307,8 +318,8 @@ def expanded_shape(input, sizes) -> tuple:
                            f"the number of dimensions in the tensor ({input.ndim})")
     offset = ndim - input.ndim
     target = []
-    for i, s in enumerate(sizes):
-        d = i - offset
+    for i in range(ndim - 1, -1, -1):   # eager checks the last dim first
+        s, d = sizes[i], i - offset
         if s == -1:
             if d < 0:
                 raise RuntimeError(f"The expanded size of the tensor (-1) isn't allowed in a "
@@ -321,14 +332,14 @@ def expanded_shape(input, sizes) -> tuple:
                                f"size ({input.shape[d]}) at non-singleton dimension {i}.  Target "
                                f"sizes: {list(sizes)}.  Tensor sizes: {list(input.shape)}")
         target.append(s)
-    return tuple(target)
+    return tuple(reversed(target))
 
 
 @ref
 def expand(input, *sizes, size=None, implicit=False):
     """input broadcast to `size` (-1 keeps a dim): a view, grown dims have stride 0."""
     require_tensor("expand", input, "self")
-    sizes = int_list("expand", "size", sizes if size is None else (size,))
+    sizes = int_list("expand", "size", sizes if size is None else (size,), required=True)
     return prims.expand(input, expanded_shape(input, sizes))
 
 
@@ -662,14 +673,22 @@ def _getitem(input, index):
 
 
 # --- *_copy: the view as a new row-major tensor ----------------------------------------------------
+def row_major_copy(x):
+    """A new tensor with x's values and exactly row-major strides (eager's
+    clone(memory_format=torch.contiguous_format), size-1 dims included)."""
+    if tuple(x.stride()) == contiguous_strides(tuple(x.shape)):
+        return prims.clone(x)
+    return prims.copy_to(filled(tuple(x.shape), 0, x.dtype, x.device), x)
+
+
 def _copy_of(view_ref):
     name = view_ref.name + "_copy"
 
     def run(*args, **kwargs):
         result = view_ref(*args, **kwargs)
         if isinstance(result, tuple):
-            return tuple(copy_as(r, r.dtype, torch.contiguous_format) for r in result)
-        return copy_as(result, result.dtype, torch.contiguous_format)
+            return tuple(row_major_copy(r) for r in result)
+        return row_major_copy(result)
     run.__name__ = run.__qualname__ = name
     run.__doc__ = f"torch.{name}: {view_ref.name}'s result copied into a new row-major tensor."
     run.__signature__ = _signature(view_ref)
@@ -681,10 +700,12 @@ def _signature(sym):
     return inspect.signature(sym.fn)
 
 
-_VIEWS_WITH_COPIES = (view, permute, transpose, t, squeeze, unsqueeze, expand, diagonal, select,
+_VIEWS_WITH_COPIES = (permute, transpose, t, squeeze, unsqueeze, expand, diagonal, select,
                       unbind, split, split_with_sizes, unfold, as_strided)
 globals().update({v.name + "_copy": _copy_of(v) for v in _VIEWS_WITH_COPIES})
 narrow_copy = _copy_of(narrow)
+view_copy = ref(lambda input, size: row_major_copy(reshape(input, size)), name="view_copy",
+                declines=_view_declines)   # eager's view_copy reshapes: no view error
 
 __all__ = exports(globals())
 globals()["__getitem__"] = _getitem   # Tensor.__getitem__ is found by its own name
