@@ -1,0 +1,204 @@
+"""Writes through views under ``primtrace.jit``: eager's results, inputs mutated as eager
+mutates them, returned views still views of the inputs, through the default executors, the
+Numba fusion executor without its cost model (every region fused) and torch.compile."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import primtrace
+from primtrace.executors.numba import NumbaFusionExecutor
+
+
+def _view_add(x, v):
+    y = x.view(-1)
+    y.add_(1)
+    return x
+
+
+def _t_mul(x, v):
+    x.t().mul_(2)
+    return x * 3
+
+
+def _slice_zero(x, v):
+    x[1:].zero_()
+    return x + 1
+
+
+def _select_copy(x, v):
+    x.select(0, 1).copy_(v[0])
+    return x
+
+
+def _squeeze_fill(x, v):
+    x.unsqueeze(0).squeeze(0).fill_(3)
+    return x
+
+
+def _read_before_write(x, v):
+    z = x.t() * 2          # reads x before the write: must see the old values
+    x.add_(1)
+    return z + x
+
+
+def _view_read_after(x, v):
+    y = x.t()
+    x.add_(1)              # y shares x's memory: reading y sees the write
+    return y * 2
+
+
+def _write_then_view(x, v):
+    x.t().add_(v).t()
+    return x.reshape(2, 8) * 1
+
+
+def _disjoint_writes(x, v):
+    x[:, 1:].mul_(2)
+    x[0].add_(x[1] * 1)
+    return x.sum(0)
+
+
+def _chained_views(x, v):
+    y = x[1:, ::2].unsqueeze(0).transpose(1, 2)
+    y.sub_(v[:3, 1:3].t().unsqueeze(0))
+    return x.flatten()
+
+
+def _iterate(x, v):
+    for row in x:          # Tensor.__iter__: unbind
+        row.mul_(2)
+    return x
+
+
+def _chunk_writes(x, v):
+    a, b = x.chunk(2, dim=1)
+    a.copy_(b)
+    return x
+
+
+def _getitem_setitem(x, v):
+    x[1:3, ::2] = v[:2, :2]
+    return x[None, ..., 1] + 1
+
+
+def _returns_views(x, v):
+    return x.t(), x[1], x.view(16), x.reshape(2, 8), x.split(2)
+
+
+CASES = [_view_add, _t_mul, _slice_zero, _select_copy, _squeeze_fill, _read_before_write,
+         _view_read_after, _write_then_view, _disjoint_writes, _chained_views, _iterate,
+         _chunk_writes, _getitem_setitem, _returns_views]
+EXECUTORS = {"default": None, "fused": [NumbaFusionExecutor(cost_model=False)], "torch": []}
+
+
+def _leaves(obj):
+    return [obj] if isinstance(obj, torch.Tensor) else [x for o in obj for x in _leaves(o)]
+
+
+def _same(ours, eager, x_ours, x_eager):
+    for o, e in zip(_leaves(ours), _leaves(eager)):
+        assert o.shape == e.shape and o.stride() == e.stride() and o.dtype == e.dtype
+        assert torch.equal(o, e)
+        shares = o.untyped_storage().data_ptr() == x_ours.untyped_storage().data_ptr()
+        assert shares == (e.untyped_storage().data_ptr() == x_eager.untyped_storage().data_ptr())
+    assert torch.equal(x_ours, x_eager)
+
+
+@pytest.mark.parametrize("executors", list(EXECUTORS), ids=list(EXECUTORS))
+@pytest.mark.parametrize("fn", CASES, ids=[f.__name__.strip("_") for f in CASES])
+def test_writes_through_views(fn, executors):
+    torch.manual_seed(0)
+    x, v = torch.randn(4, 4), torch.randn(4, 4)
+    jitted = primtrace.jit(fn, executors=EXECUTORS[executors])
+    for _ in range(2):   # the compiled call, then the cached one
+        x_eager, x_ours = x.clone(), x.clone()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _same(jitted(x_ours, v), fn(x_eager, v), x_ours, x_eager)
+
+
+def test_read_before_write_is_not_fused_with_the_write():
+    """A kernel may not read x.t() while storing into x: it would read its own stores."""
+    jitted = primtrace.jit(_read_before_write, executors=[NumbaFusionExecutor(cost_model=False)])
+    jitted(torch.randn(4, 4), torch.randn(4, 4))
+    nodes = primtrace.last_trace(jitted).nodes
+    views = {p.name for n in nodes if n.symbol.name == "permute" for p in n.output_proxies}
+    writers = [n for n in nodes if any(s.symbol.name == "copy_to" for s in n.subnodes)]
+    assert views and writers
+    assert all(not views & {p.name for p in n.inputs} for n in writers)
+
+
+class Accumulator(torch.nn.Module):
+    """Module code that writes into a buffer through a view of it."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("buf", torch.zeros(2, 3, 4))
+
+    def forward(self, x):
+        out = self.buf.view(6, 4)
+        out.add_(x)
+        self.buf[0].mul_(0.5)
+        return self.buf.sum(), out.t()
+
+
+def test_module_buffer_written_through_a_view():
+    eager, ours = Accumulator(), Accumulator()
+    jitted = primtrace.jit(ours)
+    for i in range(3):
+        x = torch.randn(6, 4) + i
+        e, o = eager(x), jitted(x)
+        torch.testing.assert_close(o[0], e[0])
+        assert torch.equal(o[1], e[1]) and o[1].stride() == e[1].stride()
+        assert o[1].untyped_storage().data_ptr() == ours.buf.untyped_storage().data_ptr()
+        assert torch.equal(ours.buf, eager.buf)
+
+
+def test_torch_compile_backend_writes_through_views():
+    torch._dynamo.reset()
+
+    def fn(x, v):
+        x.t()[1:].mul_(2)
+        y = x.view(-1)
+        y.add_(v.reshape(-1))
+        return x * 1, y[::3]
+    x, v = torch.randn(4, 4), torch.randn(4, 4)
+    x_eager, x_ours = x.clone(), x.clone()
+    expected = fn(x_eager, v)
+    got = torch.compile(fn, backend="primtrace")(x_ours, v)
+    for g, e in zip(got, expected):
+        assert torch.equal(g, e) and g.stride() == e.stride()
+    assert torch.equal(x_ours, x_eager)
+
+
+def test_gradients_flow_through_view_refs():
+    """Results that need autograd run as the torch calls: eager's gradients."""
+    def fn(w, x):
+        h = (w * x).reshape(2, 8).t()
+        parts = h.split(4)
+        return torch.cat([parts[1], parts[0]], 1).unsqueeze(0).expand(3, 4, 4).sum()
+    w = torch.randn(4, 4, requires_grad=True)
+    x = torch.randn(4, 4)
+    fn(w, x).backward()
+    expected, w.grad = w.grad, None
+    primtrace.jit(fn)(w, x).backward()
+    torch.testing.assert_close(w.grad, expected)
+
+
+def test_metadata_inplace_and_dtype_views_stay_torch_calls():
+    def fn(x):
+        y = x.clone()
+        y.unsqueeze_(0)
+        z = x.view(torch.int32)
+        return y + 1, z
+    x = torch.randn(3, 4)
+    got, expected = primtrace.jit(fn)(x), fn(x)
+    assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+
+
+def test_view_error_through_jit():
+    with pytest.raises(RuntimeError, match="view size is not compatible"):
+        primtrace.jit(lambda x: x.t().view(-1))(torch.randn(3, 4))
