@@ -202,3 +202,21 @@ def test_metadata_inplace_and_dtype_views_stay_torch_calls():
 def test_view_error_through_jit():
     with pytest.raises(RuntimeError, match="view size is not compatible"):
         primtrace.jit(lambda x: x.t().view(-1))(torch.randn(3, 4))
+
+
+def test_cached_call_with_other_size1_strides_keeps_views():
+    """Contiguous inputs share a cache key whatever the strides of their size-1 dims; a view
+    of the second must still be a view (the layout check does not copy it)."""
+    def fn(x):
+        y = x.permute(1, 0, 2)
+        y.mul_(2)
+        return y, y * 1
+    jitted = primtrace.jit(fn)
+    a = torch.randn(3, 1, 4)
+    b = torch.randn(12).as_strided((3, 1, 4), (4, 1, 1))
+    assert b.is_contiguous() and a.stride() != b.stride()
+    for x in (a, b):
+        x_eager = x.clone()
+        got, expected = jitted(x), fn(x_eager)
+        assert torch.equal(got[1], expected[1]) and torch.equal(x, x_eager)
+        assert got[0].untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
