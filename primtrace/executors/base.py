@@ -221,9 +221,11 @@ def reads_alias_of_write(trace: Trace, nodes: list[Node]) -> bool:
     roots = trace.tags.get("alias_roots")
     if not roots:
         return False
+    written = {p.name for n in nodes if (p := mutated_proxy(n)) is not None}
+    if not written:
+        return False
     produced = {p.name for n in nodes for p in n.output_proxies}
-    written = {mutated_proxy(n).name for n in nodes if mutated_proxy(n) is not None}
-    written = {name for name in written if name not in produced}
+    written -= produced
     if not written:
         return False
     memory = {roots.get(name, name) for name in written}

@@ -11,9 +11,10 @@ from primtrace.refs.bitwise import *  # noqa: F401,F403
 from primtrace.refs.comparison import *  # noqa: F401,F403
 from primtrace.refs.complex_numbers import *  # noqa: F401,F403
 from primtrace.refs.conversion import *  # noqa: F401,F403
-from primtrace.refs.joins import *  # noqa: F401,F403
 from primtrace.refs.creation import *  # noqa: F401,F403
+from primtrace.refs.joins import *  # noqa: F401,F403
 from primtrace.refs.reductions import *  # noqa: F401,F403
+from primtrace.refs.slicing import *  # noqa: F401,F403
 from primtrace.refs.ternary import *  # noqa: F401,F403
 from primtrace.refs.unary import *  # noqa: F401,F403
 from primtrace.refs.views import *  # noqa: F401,F403

@@ -23,8 +23,9 @@ from primtrace.refs.creation import filled, new_in_format
 from primtrace.refs.out import _non_overlapping_and_dense as non_overlapping_and_dense
 from primtrace.refs.promotion import result_type
 from primtrace.refs.reductions import sum as _sum
-from primtrace.refs.views import (as_int, int_list, reshaped, select_dim, slice_dim, swap, wrap,
-                                  require_tensor)
+from primtrace.refs.shape_args import as_int, int_list, require_tensor, wrap
+from primtrace.refs.slicing import select_dim, slice_dim
+from primtrace.refs.views import reshaped, swap
 from primtrace.refs.writes import cast_like_copy
 
 _SEQUENCE = (tuple, list)
