@@ -211,28 +211,6 @@ class FusionExecutor(Executor, abc.ABC):
         return regions
 
 
-def reads_alias_of_write(trace: Trace, nodes: list[Node]) -> bool:
-    """Whether `nodes` write into a tensor they receive (an in-place prim on a value made
-    outside them) and also receive another view of that memory (x.t() while writing x).
-
-    One kernel cannot do both: it would read elements its own stores already changed
-    (eager reads them all first, or refuses). The same proxy read and written is fine: each
-    element is read before it is written, at the same index."""
-    roots = trace.tags.get("alias_roots")
-    if not roots:
-        return False
-    written = {p.name for n in nodes if (p := mutated_proxy(n)) is not None}
-    if not written:
-        return False
-    produced = {p.name for n in nodes for p in n.output_proxies}
-    written -= produced
-    if not written:
-        return False
-    memory = {roots.get(name, name) for name in written}
-    return any(p.name not in produced and p.name not in written
-               and roots.get(p.name, p.name) in memory for n in nodes for p in n.inputs)
-
-
 def creates_cycle(g: nx.DiGraph, group: dict, members: dict, a, b) -> bool:
     """Whether merging groups `a` and `b` puts a node outside both on a path between them.
 

@@ -26,7 +26,7 @@ def as_int(name, argument, value, position=1) -> int:
     """`value` as an int, as eager's parser takes an int argument (a runtime int is read:
     the trace is specialized on it)."""
     kind = getattr(value, "python_type", type(value))
-    if is_tensor(value) or not issubclass(kind, int) or kind is bool and argument != "index":
+    if is_tensor(value) or not issubclass(kind, int) or kind is bool:
         raise TypeError(f"{name}(): argument '{argument}' (position {position}) must be int, "
                         f"not {type(value).__name__}")
     return operator.index(value)
@@ -42,7 +42,7 @@ def int_list(name, argument, values, position=1, required=False) -> tuple:
     out = []
     for i, v in enumerate(values):
         kind = getattr(v, "python_type", type(v))
-        if is_tensor(v) and v.ndim == 0 or not issubclass(kind, int) or kind is bool:
+        if is_tensor(v) or not issubclass(kind, int) or kind is bool:
             raise TypeError(f"{name}(): argument '{argument}' (position {position}) must be "
                             f"tuple of ints, but found element of type {type(v).__name__} at "
                             f"pos {i}")

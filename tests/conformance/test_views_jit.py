@@ -120,17 +120,6 @@ def test_writes_through_views(fn, executors):
             _same(jitted(x_ours, v), fn(x_eager, v), x_ours, x_eager)
 
 
-def test_read_before_write_is_not_fused_with_the_write():
-    """A kernel may not read x.t() while storing into x: it would read its own stores."""
-    jitted = primtrace.jit(_read_before_write, executors=[NumbaFusionExecutor(cost_model=False)])
-    jitted(torch.randn(4, 4), torch.randn(4, 4))
-    nodes = primtrace.last_trace(jitted).nodes
-    views = {p.name for n in nodes if n.symbol.name == "permute" for p in n.output_proxies}
-    writers = [n for n in nodes if any(s.symbol.name == "copy_to" for s in n.subnodes)]
-    assert views and writers
-    assert all(not views & {p.name for p in n.inputs} for n in writers)
-
-
 class Accumulator(torch.nn.Module):
     """Module code that writes into a buffer through a view of it."""
 

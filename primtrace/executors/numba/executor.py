@@ -30,8 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from primtrace.executors.base import (FusionExecutor, Region, creates_cycle, dependency_graph,
-                                      reads_alias_of_write)
+from primtrace.executors.base import FusionExecutor, Region, creates_cycle, dependency_graph
 from primtrace.executors.numba import ops
 from primtrace.executors.numba import plan as kernel_plan
 from primtrace.executors.numba.plan import NotFusible, Plan, is_number, node_args
@@ -190,8 +189,7 @@ class NumbaFusionExecutor(FusionExecutor):
                         return False
                     shapes.add(tuple(p.shape))
                     devices.add(p.device)
-            return (work and len(shapes) <= 1 and len(devices) <= 1
-                    and not reads_alias_of_write(trace, [nodes[i] for i in m]))
+            return work and len(shapes) <= 1 and len(devices) <= 1
 
         def merge(a, b) -> bool:
             if a == b:
