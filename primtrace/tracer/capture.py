@@ -11,6 +11,12 @@ In-place methods and ``out=`` are functionalized: the ref computes out of place 
 with ``prims.copy_to``; the copy's output is the variable's new version, and every later
 read of the old proxy is redirected to it (``TracingTrace.resolve_args``), so dataflow
 orders the reads after the write and the caller's tensor is mutated at run time.
+
+Views share memory: a view prim's result (and a write's new version) is noted as part of
+its base's memory (``trace.tags["alias_roots"]``). A write through one view makes every
+other proxy of that memory stale; its next read at the top level goes through
+``prims.aliased(x, write)``, the same tensor ordered after the write. ``dependency_graph``
+orders earlier reads of any of them before the write.
 """
 from __future__ import annotations
 
@@ -55,7 +61,7 @@ class TracingTrace(Trace):
         self.tags["grad_enabled"] = torch.is_grad_enabled()  # the mode of the whole call
         self.made: dict[int, torch.Tensor] = {}  # tensors created while tracing (constants)
         # memory sharing: proxy name -> the name of the proxy whose memory it is part of
-        # (views and written versions); read by dependency_graph and fusion executors
+        # (views and written versions); dependency_graph reads it
         self.alias_root: dict[str, str] = self.tags.setdefault("alias_roots", {})
         self._writes: dict[str, tuple[int, Proxy]] = {}  # root -> (count, last written value)
         self._synced: dict[str, int] = {}   # proxy name -> the write count it has seen
