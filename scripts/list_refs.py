@@ -31,7 +31,7 @@ from primtrace.executors.numba import NumbaFusionExecutor
 FUSION = NumbaFusionExecutor(cost_model=False)
 
 MODULES = (  # (ref module, its torch namespaces, most specific first)
-    ("primtrace.refs", ("torch", "torch.Tensor")),
+    ("primtrace.refs", ("torch", "torch.Tensor", "torch.nn.functional")),
     ("primtrace.refs.special", ("torch.special",)),
     ("primtrace.refs.nn.functional", ("torch.nn.functional",)),
 )
@@ -68,7 +68,7 @@ EXAMPLES = {
         "column_stack")},
     **{name: [T((3, 2)), (1, 2)] for name in ("split_with_sizes", "split_with_sizes_copy")},
     "repeat": [T((2, 3)), 2, 1], "sum_to_size": [T((2, 3)), 1, 3], "unflatten": [T((2, 6)), 1, (2, 3)],
-    "meshgrid": [T((2,)), T((3,))], "constant_pad_nd": [T((2, 3)), (1, 1)],
+    "meshgrid": [T((2,)), T((3,))], "constant_pad_nd": [T((2, 3)), (1, 1)], "pad": [T((2, 3)), (1, 1)],
     "dsplit": [T((2, 2, 4)), 2], "slice_scatter": [T((2, 3)), T((1, 3)), 0, 1],
     "select_scatter": [T((2, 3)), T((3,)), 0, 0], "diagonal_scatter": [T((2, 3)), T((2,))],
     "as_strided_scatter": [T((2, 3)), T((2,)), (2,), (1,)],

@@ -418,6 +418,19 @@ def constant_pad_nd(input, pad, value=0):
     return written(new, prims.slice(new, tuple(starts), tuple(stops), (1,) * ndim), cropped)
 
 
+def _pad_declines(input, pad, mode="constant", value=None) -> bool:
+    return mode != "constant"
+
+
+@ref(declines=_pad_declines)
+def pad(input, pad, mode="constant", value=None):
+    """torch.nn.functional.pad in "constant" mode: constant_pad_nd (the other modes are
+    torch's). Found for F.pad through the refs fallback of mapping.REF_MODULES."""
+    if mode != "constant":
+        raise NotImplementedError(f"primtrace: pad mode {mode!r} has no ref; torch makes it")
+    return constant_pad_nd(input, pad, 0 if value is None else value)
+
+
 # --- sum_to_size, scatters -------------------------------------------------------------------------
 @ref
 def sum_to_size(input, *size):

@@ -219,6 +219,8 @@ SPECS = [
     ("constant_pad_nd", torch.constant_pad_nd, [lambda x: (x, (1, 2)), lambda x: (x, (1, -1, 0, 1), 2),
                                                 lambda x: (x, (-1, 0)), lambda x: (x, (0, 0)), lambda x: (x, (1,)),
                                                 lambda x: (x, (-9, 1))]),
+    ("pad", torch.nn.functional.pad, [lambda x: (x, (1, 2)), lambda x: (x, (1, 1, 0, -1), "constant", 2.5),
+                                      lambda x: (x, (1, 1), "reflect")]),
     ("sum_to_size", T.sum_to_size, [lambda x: (x, *x.shape[1:]), lambda x: (x, 1), lambda x: (x, 5)]),
     ("slice_scatter", torch.slice_scatter, [lambda x: (x, x[1:], 0, 1), lambda x: (x, x[::2], 0, None, None, 2),
                                             lambda x: (x, x, 0, 1)]),
