@@ -304,6 +304,21 @@ _VIEWS_WITH_COPIES = (_views.permute, _views.transpose, _views.t, _views.squeeze
                       unbind, split, split_with_sizes, _views.unfold, _views.as_strided)
 globals().update({v.name + "_copy": _copy_of(v) for v in _VIEWS_WITH_COPIES})
 narrow_copy = _copy_of(narrow)
+
+
+@ref
+def slice_copy(input, dim=0, start=None, end=None, step=1):
+    """torch.slice_copy: input[..., start:end:step, ...] along `dim`, as a new row-major tensor."""
+    require_tensor("slice_copy", input)
+    if input.ndim == 0:
+        raise IndexError("slice() cannot be applied to a 0-dim tensor.")
+    d = wrap(as_int("slice_copy", "dim", dim, 2), input.ndim)
+    step = as_int("slice_copy", "step", step, 5)
+    if step <= 0:
+        raise RuntimeError("slice step must be positive")
+    n = input.shape[d]
+    b, e, step = _slice_bounds(builtins.slice(start, end, step), n)
+    return row_major_copy(slice_dim(input, d, b, e, step))
 view_copy = ref(lambda input, size: row_major_copy(_views.reshape(input, size)), name="view_copy",
                 declines=_views.view_declines)   # eager's view_copy reshapes: no view error
 

@@ -189,6 +189,8 @@ SPECS = [
     ("unbind_copy", torch.unbind_copy, [lambda x: (x,)]),
     ("split_copy", torch.split_copy, [lambda x: (x, 2)]),
     ("unfold_copy", torch.unfold_copy, [lambda x: (x, 0, 1, 1)]),
+    ("slice_copy", torch.slice_copy, [lambda x: (x, 0, 1), lambda x: (x, -1, None, -1, 2), lambda x: (x, 0, -9, 9),
+                                      lambda x: (x, 0, 0, 1, 0)]),
     ("as_strided_copy", torch.as_strided_copy, [lambda x: (x, (2,), (2,))]),
     # joins
     ("cat", torch.cat, [lambda x: ([x, x],), lambda x: ([x, x], -1), lambda x: ([x, x.to(torch.float64)], 0),

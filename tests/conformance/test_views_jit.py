@@ -209,3 +209,17 @@ def test_cached_call_with_other_size1_strides_keeps_views():
         got, expected = jitted(x), fn(x_eager)
         assert torch.equal(got[1], expected[1]) and torch.equal(x, x_eager)
         assert got[0].untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+
+
+def test_view_prims_stay_out_of_fused_regions():
+    """Views run in the torch executor (metadata only); kernels read their results."""
+    from primtrace.prims import views
+    def fn(x, v):
+        y = (x * 2).t()[1:].unsqueeze(0).expand(2, 3, 4)
+        return torch.cat([y + v[1:], y], 0).flip(1) * 3
+    jitted = primtrace.jit(fn, executors=[NumbaFusionExecutor(cost_model=False)])
+    x, v = torch.randn(4, 4), torch.randn(4, 4)
+    assert torch.equal(jitted(x, v), fn(x, v))
+    nodes = primtrace.last_trace(jitted).nodes
+    fused = [n for n in nodes if n.subnodes]
+    assert fused and not any(s.symbol.name in views.PRIMS for n in fused for s in n.subnodes)
