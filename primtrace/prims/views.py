@@ -141,7 +141,7 @@ def _slice_impl(a, starts, stops, steps):
     return a[tuple(builtins.slice(b, e, k) for b, e, k in zip(starts, stops, steps))]
 
 
-slice = _prim("slice", _slice_meta, _slice_impl,  # noqa: A001  (torch's name)
+slice = _prim("slice", _slice_meta, _slice_impl,  # torch's name (shadows the builtin)
               "a[starts[0]:stops[0]:steps[0], ...]: per dim 0 <= start <= stop <= size and "
               "step >= 1 (a view).")
 
@@ -169,7 +169,8 @@ def unsqueeze_stride(shape, strides, dim) -> int:
 def _unsqueeze_meta(a, dim):
     _tensor("unsqueeze", a)
     if type(dim) is not int or not 0 <= dim <= a.ndim:
-        raise PrimContractError(f"prims.unsqueeze: dim must be an int in [0, {a.ndim}], got {dim!r}")
+        raise PrimContractError(f"prims.unsqueeze: dim must be an int in [0, {a.ndim}], "
+                                f"got {dim!r}")
     shape, strides = list(a.shape), list(a.stride())
     stride = unsqueeze_stride(shape, strides, dim)
     return _spec(a, shape[:dim] + [1] + shape[dim:], strides[:dim] + [stride] + strides[dim:])
@@ -199,7 +200,8 @@ def expand_strides(shape, strides, target):
 def _expand_meta(a, shape):
     _tensor("expand", a)
     shape = _ints("expand", "shape", shape)
-    strides = expand_strides(tuple(a.shape), tuple(a.stride()), shape) if len(shape) >= a.ndim else None
+    strides = (expand_strides(tuple(a.shape), tuple(a.stride()), shape)
+               if len(shape) >= a.ndim else None)
     if strides is None or any(s < 0 for s in shape):
         raise PrimContractError(f"prims.expand: {list(a.shape)} cannot expand to {list(shape)}")
     return _spec(a, shape, strides)
@@ -231,7 +233,8 @@ diagonal = _prim("diagonal", _diagonal_meta,
 def _unfold_meta(a, dim, size, step):
     _tensor("unfold", a)
     if any(type(v) is not int for v in (dim, size, step)) or not (
-            0 <= dim < max(a.ndim, 1) and step > 0 and 0 <= size <= (a.shape[dim] if a.ndim else 1)):
+            0 <= dim < max(a.ndim, 1) and step > 0
+            and 0 <= size <= (a.shape[dim] if a.ndim else 1)):
         raise PrimContractError(f"prims.unfold: bad dim/size/step {dim}, {size}, {step}")
     if a.ndim == 0:
         return _spec(a, (size,), (1,))
@@ -250,7 +253,8 @@ def _as_strided_meta(a, shape, strides, storage_offset):
     shape, strides = _ints("as_strided", "shape", shape), _ints("as_strided", "strides", strides)
     if len(shape) != len(strides) or any(s < 0 for s in (*shape, *strides)) or not (
             storage_offset is None or (type(storage_offset) is int and storage_offset >= 0)):
-        raise PrimContractError(f"prims.as_strided: bad geometry {shape}, {strides}, {storage_offset}")
+        raise PrimContractError(f"prims.as_strided: bad geometry {shape}, {strides}, "
+                                f"{storage_offset}")
     return _spec(a, shape, strides)
 
 
@@ -318,7 +322,8 @@ def _flip_meta(a, dims):
     _tensor("flip", a)
     dims = _ints("flip", "dims", dims)
     if list(dims) != sorted(set(dims)) or any(not 0 <= d < a.ndim for d in dims):
-        raise PrimContractError(f"prims.flip: dims {dims} must be increasing dims of a {a.ndim}-d tensor")
+        raise PrimContractError(f"prims.flip: dims {dims} must be increasing dims of a "
+                                f"{a.ndim}-d tensor")
     return _spec(a, a.shape, elementwise_strides(tuple(a.shape), [tuple(a.stride())]))
 
 

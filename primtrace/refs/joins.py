@@ -246,8 +246,8 @@ def roll(input, shifts, dims=None):
     """input's elements shifted by `shifts` along `dims` (the flattened input without dims),
     wrapping around: a new tensor."""
     require_tensor("roll", input)
-    shifts = int_list("roll", "shifts", (shifts,) if isinstance(shifts, _SEQUENCE) else (shifts,), 2)
-    dims = () if dims is None else int_list("roll", "dims", (dims,) if isinstance(dims, _SEQUENCE) else (dims,), 3)
+    shifts = int_list("roll", "shifts", (shifts,), 2)
+    dims = () if dims is None else int_list("roll", "dims", (dims,), 3)
     if not dims:
         if len(shifts) != 1:
             raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, "
@@ -313,7 +313,7 @@ def repeat(input, *sizes):
     return prims.reshape_view(copy_as(x, x.dtype, torch.contiguous_format), target)
 
 
-# --- diagonals, blocks, pads -----------------------------------------------------------------------
+# --- diagonals, blocks, pads ---------------------------------------------------------------------
 @ref
 def diag(input, diagonal=0):
     """A 1-d input as the `diagonal` of a new square matrix; a 2-d input's diagonal copied."""
@@ -334,7 +334,8 @@ def diag_embed(input, offset=0, dim1=-2, dim2=-1):
     require_tensor("diag_embed", input)
     offset = as_int("diag_embed", "offset", offset, 2)
     ndim = input.ndim + 1
-    d1, d2 = wrap(as_int("diag_embed", "dim1", dim1, 3), ndim), wrap(as_int("diag_embed", "dim2", dim2, 4), ndim)
+    d1 = wrap(as_int("diag_embed", "dim1", dim1, 3), ndim)
+    d2 = wrap(as_int("diag_embed", "dim2", dim2, 4), ndim)
     if d1 == d2:
         raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
     n = abs(offset) + (input.shape[-1] if input.ndim else 1)
@@ -431,7 +432,7 @@ def pad(input, pad, mode="constant", value=None):
     return constant_pad_nd(input, pad, 0 if value is None else value)
 
 
-# --- sum_to_size, scatters -------------------------------------------------------------------------
+# --- sum_to_size, scatters -----------------------------------------------------------------------
 @ref
 def sum_to_size(input, *size):
     """input summed down to `size` (which must expand to input's shape); input itself when

@@ -12,13 +12,13 @@ import operator
 
 from primtrace import prims
 from primtrace.ir.strides import contiguous_strides
+from primtrace.refs import views as _views
 from primtrace.refs.core import exports, is_tensor, ref
 from primtrace.refs.creation import filled
-from primtrace.refs.shape_args import (SEQUENCE, as_int, int_list, named, require_tensor,
-                                       wrap)
-from primtrace.refs import views as _views
+from primtrace.refs.shape_args import SEQUENCE, as_int, int_list, named, require_tensor, wrap
 
-# --- narrow, select, unbind, split -----------------------------------------------------------------
+
+# --- narrow, select, unbind, split ---------------------------------------------------------------
 def slice_dim(input, dim, start, stop, step=1):
     """input[..., start:stop:step, ...] along `dim` (clamped already)."""
     starts, stops, steps = [0] * input.ndim, list(input.shape), [1] * input.ndim
@@ -207,7 +207,7 @@ vsplit = _directional_split("vsplit", 2, lambda ndim: 0)
 dsplit = _directional_split("dsplit", 3, lambda ndim: 2)
 
 
-# --- basic indexing --------------------------------------------------------------------------------
+# --- basic indexing ------------------------------------------------------------------------------
 def _basic(index) -> bool:
     items = index if type(index) is tuple else (index,)
     for i in items:
@@ -271,7 +271,7 @@ def _getitem(input, index):
     return result
 
 
-# --- *_copy: the view as a new row-major tensor ----------------------------------------------------
+# --- *_copy: the view as a new row-major tensor --------------------------------------------------
 def row_major_copy(x):
     """A new tensor with x's values and exactly row-major strides (eager's
     clone(memory_format=torch.contiguous_format), size-1 dims included)."""

@@ -23,6 +23,7 @@ from primtrace.refs.core import exports, is_tensor, ref
 from primtrace.refs.shape_args import (SEQUENCE, as_int, infer_size, int_list, named,
                                        require_tensor, wrap)
 
+
 # --- reshape, view -----------------------------------------------------------------------------
 VIEW_ERROR = ("view size is not compatible with input tensor's size and stride (at least one "
               "dimension spans across two contiguous subspaces). Use .reshape(...) instead.")
@@ -294,7 +295,8 @@ def expanded_shape(input, sizes) -> tuple:
                                    f"leading, non-existing dimension {i}")
             s = input.shape[d]
         elif s < 0:
-            raise RuntimeError(f"Trying to create tensor with negative dimension {s}: {list(sizes)}")
+            raise RuntimeError(f"Trying to create tensor with negative dimension {s}: "
+                               f"{list(sizes)}")
         if d >= 0 and input.shape[d] != 1 and input.shape[d] != s:
             raise RuntimeError(f"The expanded size of the tensor ({s}) must match the existing "
                                f"size ({input.shape[d]}) at non-singleton dimension {i}.  Target "
@@ -337,7 +339,7 @@ def broadcast_tensors(*tensors):
     return tuple(prims.expand(x, shape) for x in tensors)
 
 
-# --- diagonal, unfold, as_strided ------------------------------------------------------------------
+# --- diagonal, unfold, as_strided ----------------------------------------------------------------
 @ref(declines=named)
 def diagonal(input, offset=0, dim1=0, dim2=1):
     """The diagonal of dims dim1 and dim2 at `offset`, as the last dim: a view."""
@@ -379,7 +381,8 @@ def as_strided(input, size, stride, storage_offset=None):
         raise RuntimeError(f"as_strided: Negative strides are not supported at the moment, got "
                            f"strides: {list(stride)}")
     if builtins.any(s < 0 for s in size):
-        raise RuntimeError(f"Trying to create tensor with negative dimension {min(size)}: {list(size)}")
+        raise RuntimeError(f"Trying to create tensor with negative dimension {min(size)}: "
+                           f"{list(size)}")
     if storage_offset is not None:
         storage_offset = as_int("as_strided", "storage_offset", storage_offset, 4)
         if storage_offset < 0:
