@@ -257,6 +257,8 @@ def roll(input, shifts, dims=None):
     if len(shifts) != len(dims):
         raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, "
                            f"dims:{len(dims)}")
+    if input.ndim == 0:
+        raise IndexError("Dimension specified as 0 but tensor has no dimensions")
     out = input
     for shift, d in zip(shifts, dims):
         out = _rolled(out, shift, wrap(d, input.ndim))
@@ -429,6 +431,11 @@ def pad(input, pad, mode="constant", value=None):
     torch's). Found for F.pad through the refs fallback of mapping.REF_MODULES."""
     if mode != "constant":
         raise NotImplementedError(f"primtrace: pad mode {mode!r} has no ref; torch makes it")
+    require_tensor("pad", input)
+    if len(pad) > 2 * input.ndim:
+        raise RuntimeError(f"Padding length should be less than or equal to two times the input "
+                           f"dimension but got padding length {len(pad)} and input of dimension "
+                           f"{input.ndim}")
     return constant_pad_nd(input, pad, 0 if value is None else value)
 
 
@@ -465,10 +472,8 @@ def _scattered(name, input, src, view_of):
     new = _clone(input)
     view = view_of(new)
     if tuple(view.shape) != tuple(src.shape):
-        raise RuntimeError(f"{name}: Expected src to have a size equal to the slice of self. src "
-                           f"size = {list(src.shape)}, slice size = {list(view.shape)}")
-    if src.dtype != input.dtype:
-        raise RuntimeError(f"{name}(): expected src and self to have the same dtype")
+        raise RuntimeError(f"expected src to have a size equal to the slice of self. src size = "
+                           f"{list(src.shape)}, slice size = {list(view.shape)}")
     return written(new, view, src)
 
 
@@ -476,6 +481,8 @@ def _scattered(name, input, src, view_of):
 def slice_scatter(input, src, dim=0, start=None, end=None, step=1):
     """A copy of input with src written into input[..., start:end:step, ...] along dim."""
     require_tensor("slice_scatter", input)
+    if input.ndim == 0:
+        raise IndexError("slice() cannot be applied to a 0-dim tensor.")
     d = wrap(as_int("slice_scatter", "dim", dim, 3), input.ndim)
     step = as_int("slice_scatter", "step", step, 6)
     if step <= 0:

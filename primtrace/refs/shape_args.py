@@ -54,6 +54,13 @@ def wrap(d, ndim) -> int:
     return wrap_dim(d, ndim)
 
 
+def legacy_type(t) -> str:
+    """Eager's x.type() name of a tensor's dtype and device: torch.FloatTensor."""
+    from primtrace import dtypes
+    device = "cuda." if t.device.type == "cuda" else ""
+    return f"torch.{device}{dtypes.scalar_type_name(t.dtype)}Tensor"
+
+
 def named(*args, **kwargs) -> bool:
     """A call with named dims (strings): left to torch."""
     return builtins.any(isinstance(a, str) for a in (*args, *kwargs.values()))
@@ -68,7 +75,7 @@ def infer_size(shape, numel) -> tuple:
                 raise RuntimeError("only one dimension can be inferred")
             infer = i
         elif s < 0:
-            raise RuntimeError(f"invalid shape dimension {s}")
+            raise RuntimeError(f"invalid shape dimension {s} at index {i} of shape {list(shape)}")
         else:
             known *= s
     if infer is None:

@@ -187,8 +187,7 @@ def _directional_split(name, min_dims, dim_of):
         require_tensor(name, input)
         if input.ndim < min_dims:
             raise RuntimeError(f"torch.{name} requires a tensor with at least {min_dims} "
-                               f"dimension{'s' if min_dims > 1 else ''}, but got a tensor with "
-                               f"{input.ndim} dimensions!")
+                               f"dimension, but got a tensor with {input.ndim} dimensions!")
         d = dim_of(input.ndim)
         if not isinstance(indices_or_sections, SEQUENCE) and not is_tensor(indices_or_sections):
             k = as_int(name, "sections", indices_or_sections, 2)
@@ -248,6 +247,12 @@ def _getitem(input, index):
     if builtins.sum(1 for i in items if i is Ellipsis) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
     if used > input.ndim:
+        if input.ndim == 0 and len(items) == 1 and not isinstance(items[0], builtins.slice):
+            i = operator.index(items[0])
+            raise IndexError("invalid index of a 0-dim tensor. Use `tensor.item()` in Python or "
+                             "`tensor.item<T>()` in C++ to convert a 0-dim tensor to a number"
+                             if i == 0 else
+                             f"index {i} is out of bounds for dimension 0 with size 0")
         raise IndexError(f"too many indices for tensor of dimension {input.ndim}")
     result, dim, changed = input, 0, False
     for i in items:

@@ -20,8 +20,8 @@ from primtrace.prims.views import compute_stride
 from primtrace.refs.conversion import copy_as
 from primtrace.refs.core import broadcast_shapes as _broadcast_shapes
 from primtrace.refs.core import exports, is_tensor, ref
-from primtrace.refs.shape_args import (SEQUENCE, as_int, infer_size, int_list, named,
-                                       require_tensor, wrap)
+from primtrace.refs.shape_args import (SEQUENCE, as_int, infer_size, int_list, legacy_type,
+                                       named, require_tensor, wrap)
 
 
 # --- reshape, view -----------------------------------------------------------------------------
@@ -116,7 +116,7 @@ def unflatten(input, dim, sizes):
         inferred = sizes if math.prod(sizes) == n else None
     if inferred is None:
         raise RuntimeError(f"unflatten: Provided sizes {list(sizes)} don't multiply up to the "
-                           f"size of dim {dim} ({n}) in the input tensor")
+                           f"size of dim {d} ({n}) in the input tensor")
     shape = tuple(input.shape)
     return viewed(input, shape[:d] + tuple(inferred) + shape[d + 1:])
 
@@ -203,8 +203,9 @@ def _T(input):
 def _H(input):
     """Tensor.H of a real matrix: its transpose."""
     if input.ndim not in (0, 2):
+        hint = " For batches of matrices, consider using tensor.mH" if input.ndim > 2 else ""
         raise RuntimeError(f"tensor.H is only supported on matrices (2-D tensors). Got "
-                           f"{input.ndim}-D tensor.")
+                           f"{input.ndim}-D tensor.{hint}")
     return prims.permute(input, tuple(range(input.ndim))[::-1])
 
 
@@ -282,7 +283,8 @@ def expanded_shape(input, sizes) -> tuple:
     """The target of eager's expand: -1 keeps a dim; eager's errors for the rest."""
     ndim = len(sizes)
     if ndim < input.ndim:
-        raise RuntimeError(f"expand({input.dtype}{{{list(input.shape)}}}, size={list(sizes)}): "
+        raise RuntimeError(f"expand({legacy_type(input)}{{{list(input.shape)}}}, "
+                           f"size={list(sizes)}): "
                            f"the number of sizes provided ({ndim}) must be greater or equal to "
                            f"the number of dimensions in the tensor ({input.ndim})")
     offset = ndim - input.ndim
