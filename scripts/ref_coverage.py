@@ -42,7 +42,8 @@ def lookup(name: str):
         if name.startswith(prefix):
             short = name[len(prefix):]
             return f"{namespace}.{short}", find_ref(namespace, short)
-    return f"torch.{name}", find_ref("torch", name) or find_ref("Tensor", name)
+    return f"torch.{name}", (find_ref("torch", name) or find_ref("Tensor", name)
+                             or find_ref("Tensor", name + ".__get__"))  # x.T: a property
 
 
 def render() -> str:

@@ -9,6 +9,7 @@ from primtrace.prims import dtype_views as _dtype_views
 from primtrace.prims import elementwise as _elementwise
 from primtrace.prims import reductions as _reductions
 from primtrace.prims import structural as _structural
+from primtrace.prims import views as _views
 from primtrace.prims.elementwise import *  # noqa: F401,F403  (the table-generated prims)
 from primtrace.prims.guards import check_fits  # noqa: F401
 from primtrace.prims.meta import PrimContractError, elementwise_strides  # noqa: F401
@@ -19,9 +20,12 @@ from primtrace.prims.structural import full_like, full_strided  # noqa: F401
 from primtrace.prims.dtype_views import libm_pow, view_as_complex, view_as_real  # noqa: F401
 from primtrace.prims.reductions import amax, amin, prod, var  # noqa: F401
 from primtrace.prims.reductions import sum  # noqa: F401
+from primtrace.prims.views import (aliased, as_strided, cat, diagonal, expand, flip,  # noqa: F401
+                                   permute, reshape_view, slice, squeeze, unfold, unsqueeze)
 
 #: name -> Symbol, every prim.
 ALL_PRIMS = {**_elementwise.PRIMS, **_structural.PRIMS, **_reductions.PRIMS, **_dtype_views.PRIMS,
+             **_views.PRIMS,
              "check_fits": check_fits}
 UNARY = [row[0] for row in _elementwise.UNARY]
 BINARY = [row[0] for row in _elementwise.BINARY]
