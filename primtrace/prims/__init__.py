@@ -6,6 +6,7 @@ Python numbers act as scalars), same dtype, no promotion. Each prim is a
 the contract check on real tensors, and a torch implementation.
 """
 from primtrace.prims import elementwise as _elementwise
+from primtrace.prims import library as _library
 from primtrace.prims import reductions as _reductions
 from primtrace.prims import structural as _structural
 from primtrace.prims.elementwise import *  # noqa: F401,F403  (the table-generated prims)
@@ -17,9 +18,10 @@ from primtrace.prims.structural import complex_ as complex  # noqa: F401,A001
 from primtrace.prims.structural import full_like, full_strided  # noqa: F401
 from primtrace.prims.reductions import amax, amin, prod, var  # noqa: F401
 from primtrace.prims.reductions import sum  # noqa: F401
+from primtrace.prims.library import *  # noqa: F401,F403  (convolution, pooling)
 
 #: name -> Symbol, every prim.
-ALL_PRIMS = {**_elementwise.PRIMS, **_structural.PRIMS, **_reductions.PRIMS,
+ALL_PRIMS = {**_elementwise.PRIMS, **_structural.PRIMS, **_reductions.PRIMS, **_library.PRIMS,
              "check_fits": check_fits}
 UNARY = [row[0] for row in _elementwise.UNARY]
 BINARY = [row[0] for row in _elementwise.BINARY]
