@@ -59,6 +59,11 @@ EXAMPLES = {
     "scalar_tensor": [0.5], "arange": [5],
     "softmax": [T((2, 3)), 1], "log_softmax": [T((2, 3)), 1], "softmin": [T((2, 3)), 1],
     "layer_norm": [T((2, 3)), (3,), T((3,)), T((3,))], "rms_norm": [T((2, 3)), (3,), T((3,))],
+    # convolution and pooling: (batch, channels, spatial...) inputs and weights
+    **{f"conv{n}d": [T((1, 2) + (4,) * n), T((3, 2) + (2,) * n)] for n in (1, 2, 3)},
+    **{f"conv_transpose{n}d": [T((1, 2) + (4,) * n), T((2, 3) + (2,) * n)] for n in (1, 2, 3)},
+    **{f"{pool}{n}d": [T((1, 2) + (4,) * n), 2] for n in (1, 2, 3)
+       for pool in ("max_pool", "avg_pool", "adaptive_avg_pool", "adaptive_max_pool")},
 }
 
 
