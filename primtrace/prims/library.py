@@ -43,9 +43,9 @@ import torch.nn.functional as F
 
 from primtrace import dtypes
 from primtrace.ir.proxy import TensorSpec
-from primtrace.ir.strides import contiguous_strides, dense_strides
+from primtrace.ir.strides import contiguous_strides
 from primtrace.ir.symbol import Symbol, SymbolKind
-from primtrace.prims.meta import PrimContractError, is_tensor
+from primtrace.prims.meta import PrimContractError, elementwise_strides, is_tensor
 
 __all__ = ["convolution", "max_pool", "avg_pool", "adaptive_avg_pool", "adaptive_max_pool"]
 
@@ -69,10 +69,15 @@ def suggests_channels_last(shape, strides) -> bool:
 
 
 def _format_strides(shape, channels_last: bool) -> tuple:
-    """Dense strides of `shape`: channels_last (N, spatial..., C in memory) or contiguous."""
+    """Dense strides of `shape`: contiguous, or c10's channels_last strides (N, spatial..., C
+    in memory; unlike contiguous strides, a size-0 dim is not counted as 1)."""
     if not channels_last:
         return contiguous_strides(shape)
-    return dense_strides(shape, (0, *range(2, len(shape)), 1))
+    strides, acc = [0] * len(shape), 1
+    for d in (1, *range(len(shape) - 1, 1, -1), 0):
+        strides[d] = acc
+        acc *= shape[d]
+    return tuple(strides)
 
 
 def _unsqueezed(shape, strides, dim):
@@ -200,6 +205,9 @@ def _conv_meta(input, weight, bias, stride, padding, dilation, transposed, outpu
     batched = input.ndim == nd + 2
     if not batched:  # conv<n>d's batchify: unsqueeze(0), then squeeze(0)
         shape, strides = _unsqueezed(shape, strides, 0)
+    if shape[1] == 0:
+        raise PrimContractError("prims.convolution: an input without channels is left to torch "
+                                "(eager's empty path gives no channels out)")
     empty = input.numel() == 0
     if not empty:
         if input.dtype.is_complex:
@@ -228,23 +236,18 @@ def _conv_meta(input, weight, bias, stride, padding, dilation, transposed, outpu
     if any(n <= 0 for n in out[2:]):
         raise RuntimeError(f"Given input size per channel: {_fmt(shape[2:])}. Calculated output "
                            f"size per channel: {_fmt(out[2:])}. Output size is too small")
-    if nd == 1:  # runs as 2-d on unsqueeze(2), squeezed back
-        shape, strides = _unsqueezed(shape, strides, 2)
-        wshape, wstrides = _unsqueezed(wshape, wstrides, 2)
-        out = (*out[:2], 1, out[2])
-    if empty:  # eager's Empty backend
-        channels_last = False
-    elif len(out) == 4:
-        channels_last = (suggests_channels_last(shape, strides)
-                         or suggests_channels_last(wshape, wstrides))
-    else:
-        channels_last = (_uses_mkldnn(shape, wshape, input.dtype, stride, dilation, transposed,
-                                      output_padding, groups)
-                         and (suggests_channels_last(shape, strides)
-                              or suggests_channels_last(wshape, wstrides)))
-    out_strides = _format_strides(out, channels_last)
-    if nd == 1:
-        out, out_strides = _drop(out, 2), _drop(out_strides, 2)
+    if empty:  # eager's Empty backend: input * weight[0] viewed as the output
+        out_strides = (elementwise_strides(out, [strides]) if out == shape
+                       else contiguous_strides(out))
+    elif nd == 1:  # runs as 2-d: the weight's layout decides, as unsqueeze(2)
+        out_strides = _drop(_format_strides((*out[:2], 1, out[2]), suggests_channels_last(
+            *_unsqueezed(wshape, wstrides, 2))), 2)
+    elif nd == 2 or _uses_mkldnn(shape, wshape, input.dtype, stride, dilation, transposed,
+                                 output_padding, groups):
+        out_strides = _format_strides(out, suggests_channels_last(shape, strides)
+                                      or suggests_channels_last(wshape, wstrides))
+    else:  # 3-d off mkldnn: slow_conv3d's contiguous output
+        out_strides = contiguous_strides(out)
     if not batched:
         out, out_strides = out[1:], out_strides[1:]
     return TensorSpec(tuple(out), input.dtype, input.device, tuple(out_strides))
@@ -271,7 +274,8 @@ _POOL_DTYPES = {
     ("adaptive_max_pool", 3): _FLOATS,
 }
 #: (op, dims of the kernel that runs) whose output is contiguous whatever the input's layout
-_POOL_CONTIGUOUS = frozenset()
+#: (the adaptive 3-d kernels are too: their meta says so in _adaptive_meta)
+_POOL_CONTIGUOUS = frozenset({("avg_pool", 3)})
 #: eager's names of the kernels, for its dtype errors
 _KERNEL_NAMES = {("max_pool", 1): "max_pool1d_impl", ("avg_pool", 3): "avg_pool3d_out_frame",
                  ("adaptive_avg_pool", 1): "adaptive_avg_pool2d",
@@ -371,6 +375,10 @@ def _window_meta(name, input, kernel_size, stride, padding, dilation, ceil_mode,
                         zip(shape[-nd:], kernel_size, padding, stride, dilation))
     suggests = suggests_channels_last(shape, strides)
     _pool_shape_check(name, shape, suggests, nd, kernel_size, stride, dilation, out_spatial)
+    if name == "avg_pool" and nd == 3 and any(n < k for n, k in zip(shape[-3:], kernel_size)):
+        raise RuntimeError(f"input image (T: {shape[-3]} H: {shape[-2]} W: {shape[-1]}) smaller "
+                           f"than kernel size (kT: {kernel_size[0]} kH: {kernel_size[1]} "
+                           f"kW: {kernel_size[2]})")
     out = (*shape[:-nd], *out_spatial)
     out_strides = _format_strides(out, suggests and (name, nd) not in _POOL_CONTIGUOUS)
     if dim is not None:
@@ -448,6 +456,7 @@ def _adaptive_meta(name, input, output_size):
                                f"{kernel_nd + 2}D tensor, but got {_fmt(shape)}")
         out = (*shape[:-kernel_nd], *output_size)
         avg_2d = name == "adaptive_avg_pool" and kernel_nd == 2
+        channels_last = kernel_nd == 2 and suggests_channels_last(shape, strides)
         if not (avg_2d and _numel(out) == 0):  # eager's 2-d avg kernel skips an empty output
             _check_kernel_dtype(_KERNEL_NAMES.get((name, nd), f"{name}{nd}d"), input.dtype,
                                 _POOL_DTYPES[name, nd])
@@ -457,7 +466,6 @@ def _adaptive_meta(name, input, output_size):
                 raise RuntimeError(f"{name}{kernel_nd}d(): Expected input to have non-zero size for "
                                    f"non-batch dimensions, but input has sizes {_fmt(shape)} with "
                                    f"dimension {i} being empty")
-        channels_last = suggests_channels_last(shape, strides)
     out_strides = _format_strides(out, channels_last)
     if nd == 1:
         dim = input.ndim - 1

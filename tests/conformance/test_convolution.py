@@ -8,6 +8,7 @@ every case. Then the torch names, the declined calls, and ``primtrace.jit`` with
 executors (the bias + relu epilogue fuses after the library call) and with autograd.
 """
 import itertools
+import warnings
 
 import pytest
 import torch
@@ -15,6 +16,8 @@ import torch.nn.functional as F
 
 import primtrace
 from primtrace import prims
+from primtrace.ir.proxy import TensorSpec
+from primtrace.ir.trace import Trace, tracing
 from primtrace.refs.nn import functional as RF
 from primtrace.tracer import mapping
 from tests.conformance.harness import SampleInput, check_sample, make_tensor
@@ -42,19 +45,45 @@ def _x(shape, dtype, seed=1):
     return make_tensor(shape, dtype, seed=seed, domain=(-3.0, 3.0))
 
 
+def traced(ref, args, kwargs):
+    """The ref on proxies of `args`' tensors: what the meta functions say (nothing runs)."""
+    trace = Trace("traced")
+
+    def proxy(a):
+        if isinstance(a, torch.Tensor):
+            return trace.tensor(TensorSpec.of(a), requires_grad=a.requires_grad)
+        return a
+    with warnings.catch_warnings(), tracing(trace):
+        warnings.simplefilter("ignore")
+        return ref(*[proxy(a) for a in args], **{k: proxy(v) for k, v in kwargs.items()})
+
+
 def check(ref, torch_fn, sample) -> str | None:
-    """check_sample, and the output strides must be eager's."""
+    """check_sample on tensors (values, dtype, shape, error kinds: the prims run torch's
+    kernels), then the meta functions on proxies: eager's shape, dtype, device and strides,
+    or eager's kind of error."""
     problem = check_sample(ref, torch_fn, sample)
     if problem is not None:
         return problem
     try:
-        expected = torch_fn(*sample.args, **sample.kwargs)
-    except Exception:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            expected, eager_error = torch_fn(*sample.args, **sample.kwargs), None
+    except Exception as e:
+        expected, eager_error = None, e
+    try:
+        spec, meta_error = traced(ref, sample.args, sample.kwargs), None
+    except Exception as e:
+        spec, meta_error = None, e
+    if eager_error is not None:
+        if not isinstance(meta_error, type(eager_error)):
+            return f"traced: eager raised {eager_error!r}, the meta {meta_error!r}"
         return None
-    got = ref(*sample.args, **sample.kwargs)
-    if got.stride() != expected.stride():
-        return f"strides: ours {got.stride()}, eager {expected.stride()}"
-    return None
+    if meta_error is not None:
+        return f"traced: the meta raised {meta_error!r}"
+    got = (tuple(spec.shape), spec.dtype, spec.device, spec.stride())
+    want = (tuple(expected.shape), expected.dtype, expected.device, expected.stride())
+    return None if got == want else f"traced: meta {got}, eager {want}"
 
 
 def run(ref, torch_fn, samples, limit=6):
@@ -77,7 +106,7 @@ CONV_CASES = {
         ((1, 4, 9), (4, 1, 2), {"groups": 4, "dilation": 2, "stride": 2}),
         ((2, 4, 9), (6, 4, 4), {"padding": "valid"}), ((2, 4, 9), (6, 4, 3), {"padding": "same"}),
         ((2, 4, 9), (6, 4, 3), {"padding": "same", "dilation": 2}),
-        ((2, 4, 9), (6, 4, 1), {"stride": (3,)})],
+        ((2, 4, 9), (6, 4, 1), {"stride": (3,)}), ((2, 4, 9), (4, 4, 3), {"padding": 1})],
     2: [((2, 4, 7, 6), (6, 4, 3, 3), {}), ((2, 4, 7, 6), (6, 4, 3, 3), {"padding": 1}),
         ((1, 4, 7, 6), (8, 2, 3, 2), {"groups": 2, "stride": (2, 1), "padding": (1, 0)}),
         ((2, 4, 7, 6), (4, 1, 3, 3), {"groups": 4, "dilation": 2}),
@@ -85,7 +114,8 @@ CONV_CASES = {
         ((2, 4, 7, 6), (6, 4, 3, 3), {"padding": "same"}),
         ((2, 4, 7, 6), (6, 4, 3, 3), {"padding": "same", "dilation": (2, 1)}),
         ((1, 1, 5, 5), (1, 1, 5, 5), {}), ((2, 3, 1, 1), (2, 3, 1, 1), {}),
-        ((1, 4, 9, 9), (6, 4, 5, 5), {"padding": "valid", "stride": 2})],
+        ((1, 4, 9, 9), (6, 4, 5, 5), {"padding": "valid", "stride": 2}),
+        ((2, 4, 7, 6), (4, 2, 3, 3), {"padding": 1, "groups": 2})],
     3: [((2, 4, 5, 5, 4), (6, 4, 3, 3, 3), {}), ((1, 4, 5, 5, 4), (6, 4, 3, 3, 3), {}),
         ((2, 4, 5, 5, 4), (4, 2, 3, 1, 2), {"groups": 2, "padding": 1, "dilation": (1, 2, 1)}),
         ((1, 4, 5, 5, 4), (6, 4, 3, 3, 3), {"padding": "same"})],
@@ -232,11 +262,9 @@ def test_pooling(name):
 @pytest.mark.parametrize("nd", (1, 2, 3))
 def test_max_pool_under_autograd_has_eagers_strides(nd):
     """max_pool1d takes another kernel under autograd (2-d on unsqueeze(-2)): the meta follows."""
-    for _, x in _layouts(_x(POOL_SHAPES[nd], torch.float32)):
-        x = x.detach().requires_grad_()
-        for kw in MAX_POOL_KW:
-            got, expected = RF.__dict__[f"max_pool{nd}d"](x, **kw), getattr(F, f"max_pool{nd}d")(x, **kw)
-            assert got.stride() == expected.stride() and torch.equal(got, expected), kw
+    samples = [SampleInput((x.detach().requires_grad_(),), dict(kw), f"{layout} {kw}")
+               for layout, x in _layouts(_x(POOL_SHAPES[nd], torch.float32)) for kw in MAX_POOL_KW]
+    run(getattr(RF, f"max_pool{nd}d"), getattr(F, f"max_pool{nd}d"), samples)
 
 
 # --- names, declines, prims ---------------------------------------------------------------------
@@ -264,6 +292,8 @@ DECLINED = {
     "adaptive_max_pool2d return_indices": (
         lambda x: F.adaptive_max_pool2d(x, 2, return_indices=True), RF.adaptive_max_pool2d,
         lambda x: ((x, 2), {"return_indices": True})),
+    "conv2d of no channels": (lambda x: F.conv2d(x[:, :0], torch.ones(2, 0, 2, 2)), RF.conv2d,
+                              lambda x: ((x[:, :0], torch.ones(2, 0, 2, 2)), {})),
     "complex conv2d": (lambda x: F.conv2d(x.to(torch.complex64), torch.ones(2, 3, 2, 2, dtype=torch.complex64)),
                        None, None),
     "uneven 'same'": (lambda x: F.conv2d(x, torch.ones(2, 3, 2, 2), padding="same"), RF.conv2d,

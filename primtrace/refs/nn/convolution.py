@@ -129,6 +129,8 @@ def _conv_declines(input, weight, bias=None, *args, padding=None, **kwargs) -> b
     if input.numel() == 0 and (weight.dtype != input.dtype
                                or (is_tensor(bias) and bias.dtype != input.dtype)):
         return True
+    if input.ndim >= 2 and input.shape[input.ndim - weight.ndim + 1] == 0 and weight.ndim > 2:
+        return True  # no input channels: eager's empty path outputs no channels
     pad = args[1] if len(args) > 1 else padding
     if pad == "same" and weight.ndim > 2:
         d = args[2] if len(args) > 2 else kwargs.get("dilation", 1)
@@ -144,11 +146,17 @@ def _conv_transpose_declines(input, weight, bias=None, *args, **kwargs) -> bool:
     return _conv_declines(input, weight, bias)
 
 
+def _decline_unsupported(fname, input, weight, bias):
+    if _off_cpu_or_complex(input, weight, bias):
+        _declined(fname, "of complex or non-CPU tensors")
+    if is_tensor(input) and is_tensor(weight) and _conv_declines(input, weight, bias):
+        _declined(fname, "of an input with no channels, or an empty one of mixed dtypes")
+
+
 def _conv(fname, nd, input, weight, bias, stride, padding, dilation, groups):
     if bias is not None:
         _tensor(fname, "bias", 3, bias)
-    if _off_cpu_or_complex(input, weight, bias):
-        _declined(fname, "of complex or non-CPU tensors")
+    _decline_unsupported(fname, input, weight, bias)
     stride, padding, dilation, output_padding = _conv_params(fname, nd, input, weight, stride,
                                                              padding, dilation)
     return L.convolution(input, weight, bias, stride, padding, dilation, False, output_padding,
@@ -161,8 +169,7 @@ def _conv_transpose(fname, nd, input, weight, bias, stride, padding, output_padd
         _tensor(fname, "bias", 3, bias)
     if isinstance(padding, str):
         raise TypeError(f"{fname}(): argument 'padding' must be tuple of ints, not str")
-    if _off_cpu_or_complex(input, weight, bias):
-        _declined(fname, "of complex or non-CPU tensors")
+    _decline_unsupported(fname, input, weight, bias)
     stride, padding, dilation, output_padding = _conv_params(
         fname, nd, input, weight, stride, padding, dilation, output_padding)
     return L.convolution(input, weight, bias, stride, padding, dilation, True, output_padding,
