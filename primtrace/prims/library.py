@@ -19,11 +19,14 @@ Eager's memory-format rule, as measured on CPU (torch 2.13) and written below:
 - ``suggest_memory_format``: channels_last when the strides *look like* channels_last by
   c10's ``is_channels_last_strides_2d/3d`` (size-1 dims make this ambiguous; the algorithm,
   not ``is_contiguous``, decides).
-- convolution: an empty batched input: contiguous (eager's Empty backend). 2-d (and 1-d, which
-  runs as 2-d on ``unsqueeze(2)``): channels_last when input or weight suggests it, for every
-  backend (mkldnn, slow, dilated, transposed). 3-d: channels_last_3d only on the mkldnn
-  backend (chosen by eager's ``use_mkldnn`` heuristic below, which reads the thread count and
-  the CPU's bf16/fp16 support), else contiguous.
+- convolution, of operands laid out contiguous or channels_last with torch's exact strides
+  (other layouts are left to torch: eager's slow paths split groups and copy, and read the
+  strides of size-1 dims): an empty batched input: contiguous (eager's Empty backend). 2-d:
+  channels_last when input or weight suggests it, on every backend (mkldnn, slow, dilated,
+  transposed). 1-d runs as 2-d on ``unsqueeze(2)`` of the input made contiguous and of the
+  weight. 3-d: channels_last_3d only on the mkldnn backend (chosen by eager's ``use_mkldnn``
+  heuristic below, which reads the thread count and the CPU's bf16/fp16 support), else
+  contiguous.
 - pooling: the output takes the input's suggested format (``_POOL_FORMAT`` lists the
   exceptions: contiguous outputs); 1-d pooling runs as 2-d on ``unsqueeze(-2)``, max_pool1d
   only under autograd (without it its own kernel writes a contiguous output).
@@ -43,9 +46,9 @@ import torch.nn.functional as F
 
 from primtrace import dtypes
 from primtrace.ir.proxy import TensorSpec
-from primtrace.ir.strides import contiguous_strides
+from primtrace.ir.strides import contiguous_strides, matches_dense
 from primtrace.ir.symbol import Symbol, SymbolKind
-from primtrace.prims.meta import PrimContractError, elementwise_strides, is_tensor
+from primtrace.prims.meta import PrimContractError, is_tensor
 
 __all__ = ["convolution", "max_pool", "avg_pool", "adaptive_avg_pool", "adaptive_max_pool"]
 
@@ -85,6 +88,16 @@ def _unsqueezed(shape, strides, dim):
     shape, strides = list(shape), list(strides)
     stride = 1 if dim >= len(shape) else shape[dim] * strides[dim]
     return (tuple(shape[:dim] + [1] + shape[dim:]), tuple(strides[:dim] + [stride] + strides[dim:]))
+
+
+def plain_layout(t) -> bool:
+    """Dense, contiguous or channels_last (for 3-d tensors: channels innermost) with exactly
+    the strides torch gives such a tensor: the layouts whose convolution output layout the
+    meta knows. (Eager's rule reads strides of size-1 dims, and splits groups on its slow
+    paths; permuted and sliced operands are left to torch.)"""
+    shape, strides = tuple(t.shape), tuple(t.stride())
+    return strides == contiguous_strides(shape) or (
+        len(shape) >= 3 and strides == _format_strides(shape, True))
 
 
 def _drop(seq, dim):
@@ -233,15 +246,28 @@ def _conv_meta(input, weight, bias, stride, padding, dilation, transposed, outpu
                                    f"but got output_padding={_fmt(output_padding)}, "
                                    f"stride={_fmt(stride)}, dilation={_fmt(dilation)}")
     out = _conv_out_shape(shape, wshape, stride, padding, dilation, transposed, output_padding, groups)
-    if any(n <= 0 for n in out[2:]):
+    if not (plain_layout(input) and plain_layout(weight)) or (
+            nd == 1 and groups != 1 and tuple(input.stride()) != contiguous_strides(input.shape)):
+        raise PrimContractError("prims.convolution: input and weight must be laid out contiguous "
+                                "or channels_last (a grouped 1-d input: contiguous); other "
+                                "layouts are left to torch")
+    if transposed and not empty and any(n == 0 for n in out[2:]):
+        raise PrimContractError("prims.convolution: a transposed convolution to an empty output "
+                                "is left to torch (mkldnn returns one, the slow path raises)")
+    if any(n <= 0 for n in out[2:]) and not empty:
         raise RuntimeError(f"Given input size per channel: {_fmt(shape[2:])}. Calculated output "
                            f"size per channel: {_fmt(out[2:])}. Output size is too small")
     if empty:  # eager's Empty backend: input * weight[0] viewed as the output
-        out_strides = (elementwise_strides(out, [strides]) if out == shape
-                       else contiguous_strides(out))
-    elif nd == 1:  # runs as 2-d: the weight's layout decides, as unsqueeze(2)
-        out_strides = _drop(_format_strides((*out[:2], 1, out[2]), suggests_channels_last(
-            *_unsqueezed(wshape, wstrides, 2))), 2)
+        if out == shape:
+            raise PrimContractError("prims.convolution: an empty input and output of one shape "
+                                    "take eager's elementwise layout; left to torch")
+        out_strides = contiguous_strides(out)
+    elif nd == 1:  # runs as 2-d on unsqueeze(2) of the input made contiguous, and the weight
+        if not matches_dense(shape, strides, contiguous_strides(shape)):
+            strides = contiguous_strides(shape)
+        channels_last = (suggests_channels_last(*_unsqueezed(shape, strides, 2))
+                         or suggests_channels_last(*_unsqueezed(wshape, wstrides, 2)))
+        out_strides = _drop(_format_strides((*out[:2], 1, out[2]), channels_last), 2)
     elif nd == 2 or _uses_mkldnn(shape, wshape, input.dtype, stride, dilation, transposed,
                                  output_padding, groups):
         out_strides = _format_strides(out, suggests_channels_last(shape, strides)

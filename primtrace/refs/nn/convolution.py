@@ -22,6 +22,7 @@ import operator
 import torch
 
 from primtrace.prims import library as L
+from primtrace.prims.meta import PrimContractError
 from primtrace.refs.core import exports, is_tensor, ref
 from primtrace.refs.scalars import type_name
 
@@ -120,43 +121,49 @@ def _conv_params(fname, nd, input, weight, stride, padding, dilation, output_pad
     return stride, padding, dilation, output_padding
 
 
-def _conv_declines(input, weight, bias=None, *args, padding=None, **kwargs) -> bool:
-    """Calls whose result the prims cannot promise to be eager's: see the module docstring."""
+def _left_to_torch(fname, nd, transposed, input, weight, bias, stride, padding, dilation,
+                   groups, output_padding=0) -> bool:
+    """Whether a convolution is declined: complex or non-CPU tensors, uneven 'same' padding,
+    or what the prim's meta leaves to torch (PrimContractError: an input without channels, an
+    empty one of mixed dtypes or of the output's shape). A call eager refuses is not declined:
+    the ref raises eager's error."""
     if _off_cpu_or_complex(input, weight, bias):
         return True
-    if not (is_tensor(input) and is_tensor(weight)):
+    if not (is_tensor(input) and is_tensor(weight) and (bias is None or is_tensor(bias))) or (
+            transposed and isinstance(padding, str)):
         return False
-    if input.numel() == 0 and (weight.dtype != input.dtype
-                               or (is_tensor(bias) and bias.dtype != input.dtype)):
+    try:
+        params = _conv_params(fname, nd, input, weight, stride, padding, dilation, output_padding)
+        L.convolution.meta(input, weight, bias, *params[:3], transposed, params[3],
+                           operator.index(groups))
+    except NotImplementedError as e:
+        return "primtrace" in str(e)
+    except PrimContractError:
         return True
-    if input.ndim >= 2 and input.shape[input.ndim - weight.ndim + 1] == 0 and weight.ndim > 2:
-        return True  # no input channels: eager's empty path outputs no channels
-    pad = args[1] if len(args) > 1 else padding
-    if pad == "same" and weight.ndim > 2:
-        d = args[2] if len(args) > 2 else kwargs.get("dilation", 1)
-        try:
-            dilation = _per_dim("conv", "dilation", d, weight.ndim - 2)
-        except (TypeError, RuntimeError):
-            return False
-        return not _same_padding(weight, dilation, weight.ndim - 2)[1]
+    except Exception:  # eager's error: the ref raises it
+        return False
     return False
 
 
-def _conv_transpose_declines(input, weight, bias=None, *args, **kwargs) -> bool:
-    return _conv_declines(input, weight, bias)
-
-
-def _decline_unsupported(fname, input, weight, bias):
-    if _off_cpu_or_complex(input, weight, bias):
-        _declined(fname, "of complex or non-CPU tensors")
-    if is_tensor(input) and is_tensor(weight) and _conv_declines(input, weight, bias):
-        _declined(fname, "of an input with no channels, or an empty one of mixed dtypes")
+def _declines(fname, nd, transposed):
+    if transposed:
+        def declines(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                     dilation=1):
+            return _left_to_torch(fname, nd, True, input, weight, bias, stride, padding, dilation,
+                                  groups, output_padding)
+    else:
+        def declines(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+            return _left_to_torch(fname, nd, False, input, weight, bias, stride, padding, dilation,
+                                  groups)
+    return declines
 
 
 def _conv(fname, nd, input, weight, bias, stride, padding, dilation, groups):
     if bias is not None:
         _tensor(fname, "bias", 3, bias)
-    _decline_unsupported(fname, input, weight, bias)
+    if _left_to_torch(fname, nd, False, input, weight, bias, stride, padding, dilation, groups):
+        _declined(fname, "of complex or non-CPU tensors, uneven 'same' padding, no input "
+                         "channels or an empty input of mixed dtypes or the output's shape")
     stride, padding, dilation, output_padding = _conv_params(fname, nd, input, weight, stride,
                                                              padding, dilation)
     return L.convolution(input, weight, bias, stride, padding, dilation, False, output_padding,
@@ -169,32 +176,35 @@ def _conv_transpose(fname, nd, input, weight, bias, stride, padding, output_padd
         _tensor(fname, "bias", 3, bias)
     if isinstance(padding, str):
         raise TypeError(f"{fname}(): argument 'padding' must be tuple of ints, not str")
-    _decline_unsupported(fname, input, weight, bias)
+    if _left_to_torch(fname, nd, True, input, weight, bias, stride, padding, dilation, groups,
+                      output_padding):
+        _declined(fname, "of complex or non-CPU tensors, no input channels or an empty input "
+                         "of mixed dtypes or the output's shape")
     stride, padding, dilation, output_padding = _conv_params(
         fname, nd, input, weight, stride, padding, dilation, output_padding)
     return L.convolution(input, weight, bias, stride, padding, dilation, True, output_padding,
                          operator.index(groups))
 
 
-@ref(module=MODULE, declines=_conv_declines)
+@ref(module=MODULE, declines=_declines("conv1d", 1, False))
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """Cross-correlation over 1 spatial dim (prims.convolution); padding may be 'same'/'valid'."""
     return _conv("conv1d", 1, input, weight, bias, stride, padding, dilation, groups)
 
 
-@ref(module=MODULE, declines=_conv_declines)
+@ref(module=MODULE, declines=_declines("conv2d", 2, False))
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """Cross-correlation over 2 spatial dims (prims.convolution); padding may be 'same'/'valid'."""
     return _conv("conv2d", 2, input, weight, bias, stride, padding, dilation, groups)
 
 
-@ref(module=MODULE, declines=_conv_declines)
+@ref(module=MODULE, declines=_declines("conv3d", 3, False))
 def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """Cross-correlation over 3 spatial dims (prims.convolution); padding may be 'same'/'valid'."""
     return _conv("conv3d", 3, input, weight, bias, stride, padding, dilation, groups)
 
 
-@ref(module=MODULE, declines=_conv_transpose_declines)
+@ref(module=MODULE, declines=_declines("conv_transpose1d", 1, True))
 def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
                      dilation=1):
     """Transposed convolution over 1 spatial dim (prims.convolution, transposed)."""
@@ -202,7 +212,7 @@ def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_paddi
                            output_padding, groups, dilation)
 
 
-@ref(module=MODULE, declines=_conv_transpose_declines)
+@ref(module=MODULE, declines=_declines("conv_transpose2d", 2, True))
 def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
                      dilation=1):
     """Transposed convolution over 2 spatial dims (prims.convolution, transposed)."""
@@ -210,7 +220,7 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
                            output_padding, groups, dilation)
 
 
-@ref(module=MODULE, declines=_conv_transpose_declines)
+@ref(module=MODULE, declines=_declines("conv_transpose3d", 3, True))
 def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
                      dilation=1):
     """Transposed convolution over 3 spatial dims (prims.convolution, transposed)."""
@@ -230,20 +240,33 @@ def _window(fname, nd, input, kernel_size, stride, padding, dilation=1):
             _per_dim(fname, "dilation", dilation, nd))
 
 
-def _max_pool_declines(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
-                       return_indices=False) -> bool:
-    return bool(return_indices) or _off_cpu_or_complex(input)
+def _max_pool_declines(nd):
+    def declines(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+                 return_indices=False) -> bool:
+        return bool(return_indices) or _off_cpu_or_complex(input) or (
+            nd == 3 and _permuted_unbatched(input))
+    return declines
+
+
+def _permuted_unbatched(input) -> bool:
+    """An unbatched 3-d max_pool input that is not contiguous: eager's kernel lays some of
+    these out as channels_last_3d by a rule the meta does not follow (kernel_size 1 mostly)."""
+    if not is_tensor(input) or input.ndim != 4:
+        return False
+    return not input.is_contiguous()
 
 
 def _max_pool(fname, nd, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
     if return_indices:
         _declined(fname, "with return_indices=True")
+    if nd == 3 and _permuted_unbatched(input):
+        _declined(fname, "of a non-contiguous unbatched input")
     kernel, stride, padding, dilation = _window(fname, nd, input, kernel_size, stride, padding,
                                                 dilation)
     return L.max_pool(input, kernel, stride, padding, dilation, bool(ceil_mode))
 
 
-@ref(module=MODULE, declines=_max_pool_declines)
+@ref(module=MODULE, declines=_max_pool_declines(1))
 def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                return_indices=False):
     """The max over windows of 1 spatial dim (prims.max_pool); values only."""
@@ -251,7 +274,7 @@ def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
                      return_indices)
 
 
-@ref(module=MODULE, declines=_max_pool_declines)
+@ref(module=MODULE, declines=_max_pool_declines(2))
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                return_indices=False):
     """The max over windows of 2 spatial dims (prims.max_pool); values only."""
@@ -259,7 +282,7 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
                      return_indices)
 
 
-@ref(module=MODULE, declines=_max_pool_declines)
+@ref(module=MODULE, declines=_max_pool_declines(3))
 def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                return_indices=False):
     """The max over windows of 3 spatial dims (prims.max_pool); values only."""
