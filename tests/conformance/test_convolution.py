@@ -387,3 +387,80 @@ def test_gradients_through_jit_are_eagers(layout):
     assert torch.allclose(loss, expected)
     for a, b in zip(ours, eager):
         assert torch.allclose(a.grad, b.grad)
+
+
+# --- random layouts ------------------------------------------------------------------------------
+def _random_layout(shape, dtype, rng):
+    """A tensor of `shape` with a random memory order: permuted, channels_last, contiguous or
+    sliced (size-1 dims get whatever strides the layout gives them)."""
+    perm = list(range(len(shape)))
+    rng.shuffle(perm)
+    t = _x([shape[p] for p in perm], dtype, seed=rng.randrange(100)).permute(*[perm.index(i) for i in range(len(shape))])
+    r = rng.random()
+    if r < 0.25 and t.ndim in CL:
+        return t.contiguous(memory_format=CL[t.ndim])
+    if r < 0.4:
+        return t.contiguous()
+    if r < 0.5:
+        return torch.cat([t, t], -1)[..., ::2]
+    return t
+
+
+def _random_samples(rng, count):
+    """(name, sample) pairs: convolutions and pools of random sizes, layouts and arguments."""
+    for _ in range(count):
+        nd, dtype = rng.choice((1, 2, 3)), rng.choice(FLOATS)
+        n, ci = rng.choice((0, 1, 1, 2, 16)), rng.choice((1, 2, 4))
+        groups = rng.choice((1, 1, 2)) if ci % 2 == 0 else 1
+        co = rng.choice((1, 2, 4)) * groups
+        spatial = tuple(rng.choice((1, 2, 3, 5)) for _ in range(nd))
+        kernel = tuple(rng.choice((1, 1, 2, 3)) for _ in range(nd))
+        transposed = rng.random() < 0.3
+        x = _random_layout((n, ci) + spatial, dtype, rng)
+        if rng.random() < 0.2 and n:
+            x = x[0]
+        w = _random_layout(((ci, co // groups) if transposed else (co, ci // groups)) + kernel, dtype, rng)
+        kw = {"stride": rng.choice((1, 2)), "padding": rng.choice((0, 1)),
+              "dilation": rng.choice((1, 1, 2)), "groups": groups}
+        yield f"conv_transpose{nd}d" if transposed else f"conv{nd}d", SampleInput((x, w), kw, f"conv {kw}")
+        kind = rng.choice(("max_pool", "avg_pool", "adaptive_avg_pool", "adaptive_max_pool"))
+        x = _random_layout((n, ci) + spatial, dtype, rng)
+        if rng.random() < 0.2 and n:
+            x = x[0]
+        if kind.startswith("adaptive"):
+            kw = {"output_size": tuple(rng.choice((1, 2, 3)) for _ in range(nd))}
+        else:
+            kw = {"kernel_size": rng.choice((1, 2)), "stride": rng.choice((1, 2)),
+                  "padding": rng.choice((0, 0, 1)), "ceil_mode": rng.random() < 0.3}
+            if kind == "max_pool" and rng.random() < 0.3:
+                kw["dilation"] = 2
+            if kind == "max_pool" and rng.random() < 0.3:
+                x = x.detach().requires_grad_()
+        yield f"{kind}{nd}d", SampleInput((x,), kw, f"{kind} {kw}")
+
+
+@pytest.mark.parametrize("threads", [None, 1])
+def test_random_layouts_strides_and_errors_as_eager(threads):
+    """Random sizes, layouts (size-1 dims with odd strides included), dtypes and arguments: the
+    meta gives eager's strides (or eager's error) wherever the ref does not decline. One
+    thread changes eager's choice of the mkldnn backend (3-d layouts)."""
+    import random
+    rng, before = random.Random(7 + (threads or 0)), torch.get_num_threads()
+    failures, declined, count = [], 0, 0
+    try:
+        if threads:
+            torch.set_num_threads(threads)
+        for name, sample in _random_samples(rng, 150):
+            count += 1
+            ref = getattr(RF, name)
+            if ref.declines(*sample.args, **sample.kwargs):
+                declined += 1
+                continue
+            problem = check(ref, getattr(F, name), sample)
+            if problem:
+                failures.append(f"{name} {[(tuple(a.shape), a.stride(), a.dtype) for a in sample.args]} "
+                                f"{sample.kwargs}: {problem}")
+    finally:
+        torch.set_num_threads(before)
+    assert not failures, f"{len(failures)}/{count}:\n  " + "\n  ".join(failures[:5])
+    assert declined < count // 2, (declined, count)  # convs of permuted or sliced operands
