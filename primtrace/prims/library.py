@@ -104,10 +104,6 @@ def _drop(seq, dim):
     return tuple(v for i, v in enumerate(seq) if i != dim)
 
 
-def _suggests(t) -> bool:
-    return suggests_channels_last(tuple(t.shape), tuple(t.stride()))
-
-
 # --- checks --------------------------------------------------------------------------------------
 def _check_kernel_dtype(kernel, dtype, allowed):
     if dtype not in allowed:
@@ -222,21 +218,7 @@ def _conv_meta(input, weight, bias, stride, padding, dilation, transposed, outpu
         raise PrimContractError("prims.convolution: an input without channels is left to torch "
                                 "(eager's empty path gives no channels out)")
     empty = input.numel() == 0
-    if not empty:
-        if input.dtype.is_complex:
-            raise PrimContractError("prims.convolution: complex inputs are left to torch")
-        kinds = _FLOATS | ({torch.int64} if transposed else _INTS)
-        _check_kernel_dtype(f"slow_conv{'_transpose' if transposed else ''}{max(nd, 2)}d_cpu",
-                            input.dtype, kinds)
-        for pname, t in (("weight", weight), ("bias", bias)):
-            if t is not None and t.dtype != input.dtype:
-                raise RuntimeError(f"Input type ({dtypes.c_type_name(input.dtype)}) and {pname} "
-                                   f"type ({dtypes.c_type_name(t.dtype)}) should be the same")
-    elif weight.dtype != input.dtype or (bias is not None and bias.dtype != input.dtype):
-        raise PrimContractError("prims.convolution: an empty input promotes mixed dtypes; the "
-                                "ref leaves that to torch")
-    if weight.device != input.device or (bias is not None and bias.device != input.device):
-        raise PrimContractError("prims.convolution: operands must share a device")
+    _conv_operands(input, weight, bias, nd, transposed, empty)
     wshape, wstrides = tuple(weight.shape), tuple(weight.stride())
     _conv_checks(shape, wshape, bias, stride, padding, dilation, transposed, output_padding, groups)
     if transposed and not empty:
@@ -257,26 +239,53 @@ def _conv_meta(input, weight, bias, stride, padding, dilation, transposed, outpu
     if any(n <= 0 for n in out[2:]) and not empty:
         raise RuntimeError(f"Given input size per channel: {_fmt(shape[2:])}. Calculated output "
                            f"size per channel: {_fmt(out[2:])}. Output size is too small")
-    if empty:  # eager's Empty backend: input * weight[0] viewed as the output
-        if out == shape:
-            raise PrimContractError("prims.convolution: an empty input and output of one shape "
-                                    "take eager's elementwise layout; left to torch")
-        out_strides = contiguous_strides(out)
-    elif nd == 1:  # runs as 2-d on unsqueeze(2) of the input made contiguous, and the weight
+    if empty and out == shape:
+        raise PrimContractError("prims.convolution: an empty input and output of one shape take "
+                                "eager's elementwise layout; left to torch")
+    uses_mkldnn = nd == 3 and _uses_mkldnn(shape, wshape, input.dtype, stride, dilation,
+                                           transposed, output_padding, groups)
+    out_strides = _conv_strides(out, shape, strides, wshape, wstrides, empty, uses_mkldnn)
+    if not batched:
+        out, out_strides = out[1:], out_strides[1:]
+    return TensorSpec(tuple(out), input.dtype, input.device, tuple(out_strides))
+
+
+def _conv_operands(input, weight, bias, nd, transposed, empty):
+    """Eager's dtype refusals (the kernel's dtypes, one dtype for all operands), and what the
+    meta leaves to torch: complex and non-CPU tensors, an empty input of mixed dtypes (eager's
+    empty path promotes them)."""
+    if any(t is not None and t.device.type != "cpu" for t in (input, weight, bias)):
+        raise PrimContractError("prims.convolution: CPU tensors only (the layout rule is the CPU's)")
+    if empty:
+        if weight.dtype != input.dtype or (bias is not None and bias.dtype != input.dtype):
+            raise PrimContractError("prims.convolution: an empty input promotes mixed dtypes; "
+                                    "left to torch")
+        return
+    if input.dtype.is_complex:
+        raise PrimContractError("prims.convolution: complex inputs are left to torch")
+    kinds = _FLOATS | ({torch.int64} if transposed else _INTS)
+    _check_kernel_dtype(f"slow_conv{'_transpose' if transposed else ''}{max(nd, 2)}d_cpu",
+                        input.dtype, kinds)
+    for pname, t in (("weight", weight), ("bias", bias)):
+        if t is not None and t.dtype != input.dtype:
+            raise RuntimeError(f"Input type ({dtypes.c_type_name(input.dtype)}) and {pname} "
+                               f"type ({dtypes.c_type_name(t.dtype)}) should be the same")
+
+
+def _conv_strides(out, shape, strides, wshape, wstrides, empty, uses_mkldnn):
+    """Eager's output layout (module docstring), from the batched input's and weight's."""
+    if empty:  # eager's Empty backend: input * weight[0] viewed as the output's shape
+        return contiguous_strides(out)
+    if len(out) == 3:  # runs as 2-d on unsqueeze(2) of the input made contiguous, and the weight
         if not matches_dense(shape, strides, contiguous_strides(shape)):
             strides = contiguous_strides(shape)
         channels_last = (suggests_channels_last(*_unsqueezed(shape, strides, 2))
                          or suggests_channels_last(*_unsqueezed(wshape, wstrides, 2)))
-        out_strides = _drop(_format_strides((*out[:2], 1, out[2]), channels_last), 2)
-    elif nd == 2 or _uses_mkldnn(shape, wshape, input.dtype, stride, dilation, transposed,
-                                 output_padding, groups):
-        out_strides = _format_strides(out, suggests_channels_last(shape, strides)
-                                      or suggests_channels_last(wshape, wstrides))
-    else:  # 3-d off mkldnn: slow_conv3d's contiguous output
-        out_strides = contiguous_strides(out)
-    if not batched:
-        out, out_strides = out[1:], out_strides[1:]
-    return TensorSpec(tuple(out), input.dtype, input.device, tuple(out_strides))
+        return _drop(_format_strides((*out[:2], 1, out[2]), channels_last), 2)
+    if len(out) == 5 and not uses_mkldnn:  # slow_conv3d writes contiguous outputs
+        return contiguous_strides(out)
+    return _format_strides(out, suggests_channels_last(shape, strides)
+                           or suggests_channels_last(wshape, wstrides))
 
 
 def _conv_impl(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
@@ -309,11 +318,11 @@ _KERNEL_NAMES = {("max_pool", 1): "max_pool1d_impl", ("avg_pool", 3): "avg_pool3
                  ("adaptive_max_pool", 1): "adaptive_max_pool2d"}
 
 
-def _pool_input(name, input, nd):
+def _pool_input(name, input):
     if not is_tensor(input):
         raise PrimContractError(f"prims.{name}: expected a tensor")
-    if input.dtype.is_complex:
-        raise PrimContractError(f"prims.{name}: complex inputs are left to torch")
+    if input.dtype.is_complex or input.device.type != "cpu":
+        raise PrimContractError(f"prims.{name}: complex and non-CPU inputs are left to torch")
 
 
 def _numel(shape) -> int:
@@ -362,12 +371,13 @@ def _pool_shape_check(name, shape, suggests, nd, kernel, stride, dilation, out):
 
 
 def _window_meta(name, input, kernel_size, stride, padding, dilation, ceil_mode, *, as_2d, grad_path):
-    """Output spec of max_pool / avg_pool (dilation 1). `as_2d`: the 1-d op runs as 2-d on
-    unsqueeze(-2); `grad_path`: max_pool1d, which does that only under autograd."""
+    """Output spec of max_pool / avg_pool (avg_pool: dilation 1). `as_2d`: the 1-d op runs as
+    2-d on unsqueeze(-2); `grad_path`: max_pool1d, which does that only under autograd (else its
+    own kernel writes a contiguous output)."""
     nd = len(kernel_size)
     if nd not in (1, 2, 3):
         raise PrimContractError(f"prims.{name}: 1, 2 or 3 spatial dims, got {nd}")
-    _pool_input(name, input, nd)
+    _pool_input(name, input)
     _check_sizes(name, nd, kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation)
     if input.ndim < nd + 1 and name == "avg_pool" and nd == 2:  # eager reads size(-3) first
         raise IndexError(f"Dimension out of range (expected to be in range of "
@@ -453,7 +463,7 @@ def _adaptive_meta(name, input, output_size):
     nd = len(output_size) if isinstance(output_size, tuple) else 0
     if nd not in (1, 2, 3):
         raise PrimContractError(f"prims.{name}: output_size must be a tuple of 1, 2 or 3 ints")
-    _pool_input(name, input, nd)
+    _pool_input(name, input)
     _check_sizes(name, nd, output_size=output_size)
     shape, strides = tuple(input.shape), tuple(input.stride())
     if nd == 1:  # unsqueeze(-2), pooled as 2-d to (1, size)
