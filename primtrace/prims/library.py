@@ -9,33 +9,34 @@ How the meta is computed: formulas, not meta tensors. Output sizes come from eag
 formulas (``conv_output_size``, ``pooling_output_shape``, the adaptive sizes), arguments are
 checked as eager checks them (RuntimeError; a dtype the CPU kernel lacks: NotImplementedError,
 checked first, before eager's shape checks: a subclass of theirs), and strides follow eager's
-memory-format rule. Running the op on ``device="meta"`` tensors was tried and rejected: torch's
-meta convolution lays out the output of a channels_last input (or weight) contiguous, where the
-CPU kernels keep channels_last (tests/conformance/test_convolution.py compares every case's
-strides with the CPU's).
+memory-format rule. Running the op on ``device="meta"`` tensors was rejected: torch's meta
+convolution lays out the output of a channels_last input (or weight) contiguous, where the CPU
+kernels keep channels_last. tests/conformance/test_convolution.py compares the meta's strides
+with the CPU's on every case, and on random sizes, layouts, dtypes and thread counts.
 
 Eager's memory-format rule, as measured on CPU (torch 2.13) and written below:
 
 - ``suggest_memory_format``: channels_last when the strides *look like* channels_last by
   c10's ``is_channels_last_strides_2d/3d`` (size-1 dims make this ambiguous; the algorithm,
-  not ``is_contiguous``, decides).
+  not ``is_contiguous``, decides). channels_last strides are c10's (a size-0 dim counts 0).
 - convolution, of operands laid out contiguous or channels_last with torch's exact strides
-  (other layouts are left to torch: eager's slow paths split groups and copy, and read the
-  strides of size-1 dims): an empty batched input: contiguous (eager's Empty backend). 2-d:
-  channels_last when input or weight suggests it, on every backend (mkldnn, slow, dilated,
-  transposed). 1-d runs as 2-d on ``unsqueeze(2)`` of the input made contiguous and of the
-  weight. 3-d: channels_last_3d only on the mkldnn backend (chosen by eager's ``use_mkldnn``
-  heuristic below, which reads the thread count and the CPU's bf16/fp16 support), else
-  contiguous.
-- pooling: the output takes the input's suggested format (``_POOL_FORMAT`` lists the
-  exceptions: contiguous outputs); 1-d pooling runs as 2-d on ``unsqueeze(-2)``, max_pool1d
-  only under autograd (without it its own kernel writes a contiguous output).
+  (other layouts, PrimContractError, are left to torch: eager's slow paths copy and split
+  groups, and read the strides of size-1 dims): 2-d: channels_last when input or weight
+  suggests it, on every backend (mkldnn, slow, dilated, transposed). 1-d runs as 2-d on
+  ``unsqueeze(2)`` of the input made contiguous and of the weight. 3-d: channels_last_3d only
+  on the mkldnn backend (chosen by eager's ``use_mkldnn`` heuristic, ``_uses_mkldnn``, which
+  reads the thread count and the CPU's bf16/fp16 support), else contiguous. An empty input:
+  contiguous (eager's Empty backend views input * weight[0] as the output; of the input's
+  own shape it keeps the input's layout, which is left to torch, as is an input without
+  channels, whose output has none).
+- pooling: the output takes the input's suggested format, but for 3-d avg and adaptive
+  pools (contiguous); 1-d pooling runs as 2-d on ``unsqueeze(-2)``, max_pool1d only under
+  autograd (without it its own kernel writes a contiguous output).
 - adaptive_avg_pool to all-ones sizes is eager's ``mean`` over the spatial dims (its dtype
   error, no shape checks), contiguous unless the input suggests channels_last.
 
 Prims are strict: every size argument is a tuple of one int per spatial dim (the refs expand
-ints, parse 'same'/'valid' and None). Non-CPU devices and complex dtypes are the refs' to
-decline.
+ints, parse 'same'/'valid' and None); CPU tensors, no complex ones.
 """
 from __future__ import annotations
 

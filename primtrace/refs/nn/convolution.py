@@ -12,8 +12,10 @@ dtype, as eager requires.
 Declined (the tracer leaves these calls to torch, and the ref raises NotImplementedError if
 called): ``return_indices=True``; complex inputs; tensors off the CPU (the meta functions
 follow the CPU kernels' layout rules); ``padding='same'`` that needs uneven padding (an even
-effective kernel: eager pads a copy of the input first); an empty conv input with mixed
-dtypes (eager's empty path promotes them).
+effective kernel: eager pads a copy of the input first); convolutions the prim's meta leaves
+to torch (operands neither contiguous nor channels_last, an input without channels, an empty
+input of mixed dtypes or of the output's shape, a transposed convolution to an empty
+output); max_pool3d of a non-contiguous unbatched input.
 """
 from __future__ import annotations
 
