@@ -75,6 +75,11 @@ EXAMPLES = {
     "dsplit": [T((2, 2, 4)), 2], "slice_scatter": [T((2, 3)), T((1, 3)), 0, 1],
     "select_scatter": [T((2, 3)), T((3,)), 0, 0], "diagonal_scatter": [T((2, 3)), T((2,))],
     "as_strided_scatter": [T((2, 3)), T((2,)), (2,), (1,)],
+    # convolution and pooling: (batch, channels, spatial...) inputs and weights
+    **{f"conv{n}d": [T((1, 2) + (4,) * n), T((3, 2) + (2,) * n)] for n in (1, 2, 3)},
+    **{f"conv_transpose{n}d": [T((1, 2) + (4,) * n), T((2, 3) + (2,) * n)] for n in (1, 2, 3)},
+    **{f"{pool}{n}d": [T((1, 2) + (4,) * n), 2] for n in (1, 2, 3)
+       for pool in ("max_pool", "avg_pool", "adaptive_avg_pool", "adaptive_max_pool")},
 }
 
 

@@ -7,6 +7,7 @@ the contract check on real tensors, and a torch implementation.
 """
 from primtrace.prims import dtype_views as _dtype_views
 from primtrace.prims import elementwise as _elementwise
+from primtrace.prims import library as _library
 from primtrace.prims import reductions as _reductions
 from primtrace.prims import structural as _structural
 from primtrace.prims import views as _views
@@ -22,10 +23,11 @@ from primtrace.prims.reductions import amax, amin, prod, var  # noqa: F401
 from primtrace.prims.reductions import sum  # noqa: F401
 from primtrace.prims.views import (aliased, as_strided, cat, diagonal, expand, flip,  # noqa: F401
                                    permute, reshape_view, slice, squeeze, unfold, unsqueeze)
+from primtrace.prims.library import *  # noqa: F401,F403  (convolution, pooling)
 
 #: name -> Symbol, every prim.
 ALL_PRIMS = {**_elementwise.PRIMS, **_structural.PRIMS, **_reductions.PRIMS, **_dtype_views.PRIMS,
-             **_views.PRIMS,
+             **_views.PRIMS, **_library.PRIMS,
              "check_fits": check_fits}
 UNARY = [row[0] for row in _elementwise.UNARY]
 BINARY = [row[0] for row in _elementwise.BINARY]
