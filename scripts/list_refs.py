@@ -75,6 +75,8 @@ EXAMPLES = {
     "dsplit": [T((2, 2, 4)), 2], "slice_scatter": [T((2, 3)), T((1, 3)), 0, 1],
     "select_scatter": [T((2, 3)), T((3,)), 0, 0], "diagonal_scatter": [T((2, 3)), T((2,))],
     "as_strided_scatter": [T((2, 3)), T((2,)), (2,), (1,)],
+    "pixel_shuffle": [T((1, 4, 2, 2)), 2], "pixel_unshuffle": [T((1, 1, 4, 4)), 2],
+    "channel_shuffle": [T((1, 4, 2, 2)), 2],
     # convolution and pooling: (batch, channels, spatial...) inputs and weights
     **{f"conv{n}d": [T((1, 2) + (4,) * n), T((3, 2) + (2,) * n)] for n in (1, 2, 3)},
     **{f"conv_transpose{n}d": [T((1, 2) + (4,) * n), T((2, 3) + (2,) * n)] for n in (1, 2, 3)},

@@ -324,6 +324,15 @@ def slice_copy(input, dim=0, start=None, end=None, step=1):
     n = input.shape[d]
     b, e, step = _slice_bounds(builtins.slice(start, end, step), n)
     return row_major_copy(slice_dim(input, d, b, e, step))
+
+
+@ref
+def alias_copy(input):
+    """torch.alias_copy: the tensor itself, copied into a new row-major tensor."""
+    require_tensor("alias_copy", input)
+    return row_major_copy(input)
+
+
 view_copy = ref(lambda input, size: row_major_copy(_views.reshape(input, size)), name="view_copy",
                 declines=_views.view_declines)   # eager's view_copy reshapes: no view error
 

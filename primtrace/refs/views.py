@@ -329,6 +329,32 @@ def broadcast_to(input, size):
 
 
 @ref
+def broadcast_shapes(*shapes):
+    """torch.broadcast_shapes: the shape these shapes broadcast to (an int is a 1-d shape), as
+    a torch.Size; torch's Python errors (ValueError for a negative length to broadcast)."""
+    shapes = tuple((s,) if isinstance(s, int) else s for s in shapes if s is not None)
+    for s in shapes:
+        if not isinstance(s, (tuple, list, torch.Size)):
+            raise RuntimeError(f"Input shapes should be of type ints, a tuple of ints, or a list "
+                               f"of ints, got {s}")
+    common = [1] * builtins.max((len(s) for s in shapes), default=0)
+    for index, s in enumerate(shapes):
+        for d in range(-1, -1 - len(s), -1):
+            if s[d] == common[d]:
+                continue
+            if common[d] == 1:
+                if s[d] < 0:
+                    raise ValueError("Attempting to broadcast a dimension with negative length!")
+                common[d] = s[d]
+            elif s[d] != 1:
+                raise RuntimeError(
+                    f"Attempting to broadcast a dimension of length {s[d]} at {d}! Mismatching "
+                    f"argument at index {index} had {s}; but expected shape should be "
+                    f"broadcastable to {common}")
+    return torch.Size(common)
+
+
+@ref
 def broadcast_tensors(*tensors):
     """Every tensor expanded to the broadcast shape (views)."""
     if len(tensors) == 1 and isinstance(tensors[0], (tuple, list)):
