@@ -81,8 +81,18 @@ class Accumulator:
     name: str
     kind: str          # "sum", "prod", "max", "min"
     value: str
-    reg: str           # accumulator register type
-    compensated: bool = False   # float64 sum: blocks + Neumaier
+    reg: str           # the register type of the values (float sums: of the block sums)
+
+
+@dataclass
+class Scratch:
+    """A per-thread row buffer: an expensive per-element value (one calling a math
+    function) computed in pass ``stored_in`` is kept there for later passes, which load it
+    instead of computing it again (softmax's exp: once, as eager)."""
+    name: str
+    reg: str
+    value: str
+    stored_in: int
 
 
 @dataclass
@@ -91,6 +101,7 @@ class RowPlan(Plan):
     passes: list = field(default_factory=list)       # per pass: element Lines
     accumulators: list = field(default_factory=list)  # per pass: Accumulators
     row_lines: list = field(default_factory=list)    # (stage, Line), stage = pass it precedes
+    scratch: list = field(default_factory=list)      # Scratch buffers
     row_sizes: tuple = ()     # after layout: coalesced row dims, outermost first
     k_sizes: tuple = ()       # ... and reduced dims
     nrows: int = 0
@@ -149,6 +160,8 @@ class _RowAnalyzer(_Analyzer):
         self.pass_ = 0
         self.loads: dict = {}      # (input position, strides) -> Load
         self.accs: dict = {}       # (pass, kind, value, reg) -> accumulator name
+        self.expensive: set = set()   # per-element vars that call a math function
+        self.first: dict = {}      # (name, imap) -> (pass, memo entry) of a per-element value
         self._last: Line | None = None
 
     # placement
@@ -166,6 +179,8 @@ class _RowAnalyzer(_Analyzer):
         if per_element:
             self.placed[line.var] = ("pass", self.pass_)
             self.plan.passes[self.pass_].append(line)
+            if "m." in expr or any(v in self.expensive for v in _VARS.findall(expr)):
+                self.expensive.add(line.var)
         else:
             self.placed[line.var] = ("row", stage)
             self.plan.row_lines.append((stage, line))
@@ -191,8 +206,32 @@ class _RowAnalyzer(_Analyzer):
         per_element = any(d is not None and d >= nr for d in imap)
         key = (p.name, imap, self.pass_ if per_element else None)
         if key not in self.memo:
-            self.memo[key] = self._compute(p, imap)
+            earlier = self.first.get((p.name, imap)) if per_element else None
+            if earlier is not None and earlier[0] < self.pass_ and earlier[1][0] in \
+                    self.expensive and DTYPES[earlier[1][1]].reg in ("float32", "float64"):
+                self.memo[key] = self._from_scratch(earlier)
+            else:
+                self.memo[key] = self._compute(p, imap)
+                if per_element:
+                    self.first.setdefault((p.name, imap), (self.pass_, self.memo[key]))
         return self.memo[key]
+
+    def _from_scratch(self, earlier):
+        stored_in, (var, dtype, inv) = earlier
+        scratch = next((s for s in self.plan.scratch if s.value == var), None)
+        if scratch is None:
+            scratch = Scratch(f"sc{len(self.plan.scratch)}", DTYPES[dtype].reg, var, stored_in)
+            self.plan.scratch.append(scratch)
+        out = self.fresh()
+        line = Line(out, f"{scratch.name}[SCRATCH]", False, "kept from pass "
+                    f"{stored_in}")
+        self.placed[out] = ("pass", self.pass_)
+        self.plan.passes[self.pass_].append(line)
+        if dtype is torch.float16 or var in self.half_values:
+            self.half_values.add(out)
+        if var in self.half_held:
+            self.half_held.add(out)
+        return out, dtype, inv
 
     def _input(self, p, imap):
         if not isinstance(p, TensorProxy) or DTYPES.get(p.dtype) is None:
@@ -237,12 +276,12 @@ class _RowAnalyzer(_Analyzer):
             raise NotFusible("a reduced value used along the reduced dims")
         return self.reduction(node, p)
 
-    def _accumulate(self, pass_, kind, value, reg, compensated=False) -> str:
+    def _accumulate(self, pass_, kind, value, reg) -> str:
         key = (pass_, kind, value, reg)
         if key not in self.accs:
             name = f"acc{len(self.accs)}"
             self.accs[key] = name
-            self.plan.accumulators[pass_].append(Accumulator(name, kind, value, reg, compensated))
+            self.plan.accumulators[pass_].append(Accumulator(name, kind, value, reg))
             self.placed[name] = ("row", pass_ + 1)
         return self.accs[key]
 
@@ -258,12 +297,12 @@ class _RowAnalyzer(_Analyzer):
             x, _, _ = self.value(a, self.identity(self.plan.shape))
             if name == "var":
                 return self._var(a, x, correction, p, first)
+            if name == "sum" and d.kind in "fh":   # blocked in the register, total in float64
+                return self._result(self._accumulate(first, "sum", x, d.reg), dtype, name)
             if name in ("sum", "prod"):
                 reg = "float64" if d.kind in "fh" else "int64"
                 value = self._materialize(x if d.reg == reg else f"{reg}({x})", x)
-                compensated = d.reg == "float64" and name == "sum"
-                acc = self._accumulate(first, name, value, reg, compensated)
-                return self._result(acc, dtype, name)
+                return self._result(self._accumulate(first, name, value, reg), dtype, name)
             acc = self._accumulate(first, "max" if name == "amax" else "min", x, d.reg)
             if d.kind == "h":
                 self.half_held.add(acc)
@@ -290,16 +329,14 @@ class _RowAnalyzer(_Analyzer):
         em = self.emitter([True])
         n = self.number(count, torch.float64, em)
         c = self.number(float(correction), torch.float64, em)
-        x64 = self._materialize(x if DTYPES[a.dtype].reg == "float64" else f"float64({x})", x)
-        compensated = DTYPES[a.dtype].reg == "float64"
-        total = self._accumulate(first, "sum", x64, "float64", compensated)
+        total = self._accumulate(first, "sum", x, DTYPES[a.dtype].reg)
         mean = self.emit(f"{total} / {n}", False, "mean")
         self.pass_ = first + 1
         y, _, _ = self.value(a, self.identity(self.plan.shape))
         y64 = y if DTYPES[a.dtype].reg == "float64" else f"float64({y})"
         dev = self.emit(f"{y64} - {mean}", False, "deviation")
         sq = self.emit(f"{dev} * {dev}", False, "squared deviation")
-        m2 = self._accumulate(first + 1, "sum", sq, "float64", compensated)
+        m2 = self._accumulate(first + 1, "sum", sq, "float64")
         var = self.emit(f"acc.variance({m2}, {n}, {c})", False, "var")
         return self._result(var, p.dtype, "var")
 
@@ -307,6 +344,10 @@ class _RowAnalyzer(_Analyzer):
     def run(self):
         plan = self.plan
         final = self.npasses - 1
+        rows, _ = row_shapes(plan.shape, len(plan.shape) - plan.nrows_dims)
+        for node in sorted(filter(is_reduction, self.region.nodes),
+                           key=lambda n: self.level[n.output_proxies[0].name]):
+            self.value(node.output_proxies[0], self.identity(rows))   # passes in order
         for k, out in enumerate(self.region.outputs):
             if self.producer[out.name].symbol.name == "broadcast_in_dim":
                 raise NotFusible("a broadcast view leaves the region")

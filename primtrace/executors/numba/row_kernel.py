@@ -24,33 +24,74 @@ from primtrace.executors.numba.reduction_plan import RowPlan, analyze
 from primtrace.executors.numba.registers import DTYPES
 from primtrace.ir.proxy import TensorProxy
 
-#: elements per block of a compensated (float64) sum
-BLOCK = 1024
+#: elements per block of a float sum: a float32 partial sum over 256 values (16 lanes of
+#: 16: short enough to be more exact than eager's float32 cascade), a float64 one over 1024
+#: (its blocks then added with compensation)
+BLOCK = {"float32": 256, "float64": 1024}
 
-_HEADER = cpu._HEADER + "from primtrace.executors.numba.backends import accumulate as acc\n"
+_HEADER = cpu._HEADER + ("from primtrace.executors.numba.backends import accumulate as acc\n"
+                         "from numba import get_thread_id\n")
 
-_INIT = {"sum": "0", "prod": "1"}
-
-
-def _init(a) -> str:
-    if a.kind in _INIT:
-        return f"{a.reg}({_INIT[a.kind]})"
-    if a.reg in ("float32", "float64"):
-        return f"{a.reg}({'-' if a.kind == 'max' else ''}math.inf)"
-    import numpy as np
-    info = np.iinfo(a.reg)
-    return f"{a.reg}({info.min if a.kind == 'max' else info.max})"
+_FLOATS = ("float32", "float64")
 
 
-def _update(a, target: str) -> str:
-    v = a.value
+def _blocked(a) -> bool:
+    return a.kind == "sum" and a.reg in _FLOATS
+
+
+def _keyed(a) -> bool:
+    return a.kind in ("max", "min") and a.reg in _FLOATS
+
+
+def _bits(a) -> str:
+    return "32" if a.reg == "float32" else "64"
+
+
+def _init(a) -> list[str]:
+    """The lines starting an accumulator before its pass."""
+    if _blocked(a):
+        return [f"{a.name}_s = float64(0)"] + ([f"{a.name}_c = float64(0)"] if a.reg == "float64" else [])
     if a.kind == "sum":
-        return f"{target} = acc.add({target}, {v})" if a.reg == "float64" else f"{target} += {v}"
+        return [f"{a.name} = {a.reg}(0)"]
     if a.kind == "prod":
-        return f"{target} = acc.mul({target}, {v})" if a.reg == "float64" else f"{target} *= {v}"
-    step = ("fmax" if a.kind == "max" else "fmin") if a.reg in ("float32", "float64") else \
-        ("imax" if a.kind == "max" else "imin")
-    return f"{target} = acc.{step}({target}, {v})"
+        return [f"{a.name} = {a.reg}(1)"]
+    import numpy as np
+    if _keyed(a):   # the identity key: below every key (max), above every key (min)
+        info = np.iinfo(f"int{_bits(a)}")
+        return [f"{a.name}_k = int{_bits(a)}({info.min if a.kind == 'max' else info.max})"]
+    info = np.iinfo(a.reg)
+    return [f"{a.name} = {a.reg}({info.min if a.kind == 'max' else info.max})"]
+
+
+def _update(a) -> str:
+    v = a.value
+    if _blocked(a):
+        return f"{a.name}_p = acc.add({a.name}_p, {v})"
+    if a.kind == "sum":
+        return f"{a.name} += {v}"
+    if a.kind == "prod":
+        return f"{a.name} = acc.mul({a.name}, {v})" if a.reg in _FLOATS else f"{a.name} *= {v}"
+    step = "imax" if a.kind == "max" else "imin"
+    if _keyed(a):
+        return f"{a.name}_k = acc.{step}({a.name}_k, acc.{a.kind}_key{_bits(a)}({v}))"
+    return f"{a.name} = acc.{step}({a.name}, {v})"
+
+
+def _flush(a) -> str:
+    """A block's partial sum into the float64 total."""
+    if a.reg == "float64":
+        return f"{a.name}_s, {a.name}_c = acc.neumaier({a.name}_s, {a.name}_c, {a.name}_p)"
+    return f"{a.name}_s += float64({a.name}_p)"
+
+
+def _final(a) -> list[str]:
+    """The lines giving the accumulator's value (float sums: float64) after its pass."""
+    if _blocked(a):
+        return [f"{a.name} = acc.compensated({a.name}_s, {a.name}_c)" if a.reg == "float64"
+                else f"{a.name} = {a.name}_s"]
+    if _keyed(a):
+        return [f"{a.name} = acc.from_key{_bits(a)}({a.name}_k)"]
+    return []
 
 
 def _operands(plan: RowPlan) -> list:
@@ -75,6 +116,7 @@ def runtime_strides(op, plan) -> list[tuple[str, int]]:
 def _params(plan: RowPlan) -> list[str]:
     params = [f"n{d}" for d in range(len(plan.row_sizes))]
     params += [f"m{d}" for d in range(len(plan.k_sizes))]
+    params += [f"{s.name}_addr" for s in plan.scratch]
     for op in _operands(plan):
         params.append(f"{op.name}_addr")
         params += [name for name, _ in runtime_strides(op, plan)]
@@ -92,7 +134,17 @@ def _offset(op, plan, row_level: bool) -> str:
     return " + ".join(terms) or "0"
 
 
+def _flat_k(plan) -> str:
+    """The element's position in its row (scratch buffers are dense rows)."""
+    flat = "k0"
+    for d in range(1, len(plan.k_sizes)):
+        flat = f"({flat}) * m{d} + k{d}"
+    return flat
+
+
 def _line(line, plan, row_level: bool) -> str:
+    if line.expr.endswith("[SCRATCH]"):
+        return f"{line.var} = {line.expr.replace('SCRATCH', 'scratch_row + ' + _flat_k(plan))}  # {line.comment}"
     if line.load is not None:
         ref = f"{line.load.name}[{_offset(line.load, plan, row_level)}]"
         ks = line.load.strides[plan.nrows_dims:]
@@ -114,12 +166,9 @@ def _pass(plan: RowPlan, p: int, final: bool) -> list[str]:
     if not accs and not stores:
         return []
     out = [f"# pass {p}"]
-    blocked = any(a.compensated for a in accs)
     for a in accs:
-        if a.compensated:
-            out += [f"{a.name}_s = float64(0)", f"{a.name}_c = float64(0)"]
-        else:
-            out.append(f"{a.name} = {_init(a)}")
+        out += _init(a)
+    blocked = [a for a in accs if _blocked(a)]
     q = len(plan.k_sizes)
     indent = ""
     for d in range(q - 1):
@@ -127,20 +176,22 @@ def _pass(plan: RowPlan, p: int, final: bool) -> list[str]:
         indent += "    "
     inner = q - 1
     if blocked:
-        out.append(f"{indent}for kb in range(0, m{inner}, {BLOCK}):")
+        block = min(BLOCK[a.reg] for a in blocked)
+        out.append(f"{indent}for kb in range(0, m{inner}, {block}):")
         indent += "    "
-        out += [f"{indent}{a.name} = float64(0)" for a in accs if a.compensated]
-        out.append(f"{indent}for k{inner} in range(kb, min(kb + {BLOCK}, m{inner})):")
+        out += [f"{indent}{a.name}_p = {a.reg}(0)" for a in blocked]
+        out.append(f"{indent}for k{inner} in range(kb, min(kb + {block}, m{inner})):")
     else:
         out.append(f"{indent}for k{inner} in range(m{inner}):")
     body = [_line(line, plan, False) for line in lines]
-    body += [_update(a, a.name) for a in accs]
+    body += [_update(a) for a in accs]
+    body += [f"{sc.name}[scratch_row + {_flat_k(plan)}] = {sc.value}"
+             for sc in plan.scratch if sc.stored_in == p]
     body += [_store(s, plan, False) for s in stores]
     out += [indent + "    " + b for b in body]
-    if blocked:
-        out += [f"{indent}{a.name}_s, {a.name}_c = acc.neumaier({a.name}_s, {a.name}_c, {a.name})"
-                for a in accs if a.compensated]
-    out += [f"{a.name} = acc.compensated({a.name}_s, {a.name}_c)" for a in accs if a.compensated]
+    out += [indent + _flush(a) for a in blocked]
+    for a in accs:
+        out += _final(a)
     return out
 
 
@@ -150,6 +201,8 @@ def render_kernel(plan: RowPlan, name: str, loop: str) -> str:
     for op in _operands(plan):
         storage = "bool" if op.dtype is torch.bool else DTYPES[op.dtype].storage
         body.append(f"{op.name} = rt.ptr_{storage}({op.name}_addr)")
+    for sc in plan.scratch:
+        body.append(f"{sc.name} = rt.ptr_{sc.reg}({sc.name}_addr)")
     body.append("zero_div = 0")
     body += [_line(line, plan, True) for line in plan.lines]
     tests = [f"({d} == 0)" for d, _ in plan.zero_division]
@@ -165,6 +218,9 @@ def render_kernel(plan: RowPlan, name: str, loop: str) -> str:
         row.append("i0 = r")
     else:
         row.append("i0 = row")
+    if plan.scratch:
+        thread = "get_thread_id()" if loop == "prange" else "0"
+        row.append(f"scratch_row = {thread} * ({' * '.join(f'm{d}' for d in range(len(plan.k_sizes)))})")
     for op in _operands(plan):
         rs, _ = _strides(op, plan)
         terms = [f"i{d} * {op.name}_s{d}" for d, s in enumerate(rs) if s]
@@ -176,7 +232,7 @@ def render_kernel(plan: RowPlan, name: str, loop: str) -> str:
         row += _pass(plan, p, p == npasses - 1)
     row += [_store(s, plan, True) for s in plan.stores if plan.is_row_store(s)]
     body += ["    " + r for r in row]
-    body += [f"rt.keep({s.name})" for s in plan.stores]
+    body += [f"rt.keep({s.name})" for s in plan.stores + plan.scratch]
     body.append("return zero_div")
     return "\n".join(lines + ["    " + b for b in body])
 
@@ -204,7 +260,7 @@ def choose_variant(plan: RowPlan) -> str:
     return "kernel_parallel"
 
 
-def launcher_source(plan: RowPlan, region, fn_name: str) -> tuple[str, dict]:
+def launcher_source(plan: RowPlan, region, fn_name: str, variant: str) -> tuple[str, dict]:
     args = [f"i{j}" for j in range(len(region.inputs))]
     env = {"torch": torch, "empty_strided": torch.empty_strided, "huge_pages": cpu.huge_pages}
     lines = [f"def {fn_name}({', '.join(args)}):"]
@@ -215,8 +271,15 @@ def launcher_source(plan: RowPlan, region, fn_name: str) -> tuple[str, dict]:
         if math.prod(p.shape) * p.dtype.itemsize >= cpu.HUGE_OUTPUT_BYTES:
             alloc = f"huge_pages({alloc})"
         lines.append(f"    o{s.output} = {alloc}")
+    if plan.scratch:
+        import numba
+        env["scratch"] = torch.empty
+        rows = numba.config.NUMBA_NUM_THREADS if variant == "kernel_parallel" else 1
+        for sc in plan.scratch:   # per call: callers in several Python threads share no buffer
+            lines.append(f"    {sc.name} = scratch({rows * plan.nk}, dtype=torch.{sc.reg})")
     if plan.nrows > 0:
         call = [str(n) for n in plan.row_sizes + plan.k_sizes]
+        call += [f"{sc.name}.data_ptr()" for sc in plan.scratch]
         for op in _operands(plan):
             call.append(f"o{op.output}.data_ptr()" if isinstance(op, Store) else f"i{op.index}.data_ptr()")
             call += [str(v) for _, v in runtime_strides(op, plan)]
@@ -238,7 +301,7 @@ def compile_region(region, fn_name: str = "numba_fusion", plan: RowPlan | None =
     plan = plan or analyze(region, CPU)
     module_source = render_module(plan)
     variant = choose_variant(plan)
-    launcher, env = launcher_source(plan, region, fn_name)
+    launcher, env = launcher_source(plan, region, fn_name, variant)
     if plan.nrows > 0:
         key, module = kernel_cache.load_module(module_source, "cpu")
         env["kernel"] = kernel_cache.compiled(key, module, variant,

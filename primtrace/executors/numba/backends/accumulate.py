@@ -5,16 +5,21 @@ A float ``acc + x`` may not be reordered, so ``add``/``mul`` are compiled with t
 ``reassoc`` flag alone; inlined, only these instructions carry it (the elementwise lines
 of the kernel keep IEEE order, the vmath functions their own flags), and the loop
 vectorizer then keeps several partial sums (more accurate than one running sum, too).
-float max/min are LLVM's ``maximum``/``minimum`` (NaN propagates, as eager's amax/amin),
-which the loop vectorizer reduces without fast-math flags. float64 sums of float64 values
-are summed in blocks whose partial sums ``neumaier`` adds with a compensation term, so a
-long row is as exact as eager's cascade sum.
+float max/min run on integer keys (``max_key32`` ...: the float's bits made to sort as
+signed integers, NaN the largest key for max and the smallest for min, so NaN wins as in
+eager's amax/amin): an integer max reduction vectorizes with a one-cycle dependency chain,
+where LLVM's NaN-propagating ``maximum`` costs five (0.7x the speed). Float sums are summed
+in blocks: a block's partial sum in the values' register (float32 for float32 and half
+values: a short reorderable sum, vectorized 16 wide), added into a float64 total, with
+Neumaier's compensation where the values are float64; a long row ends up more exact than
+eager's cascade sum.
 """
 from __future__ import annotations
 
 import math
 
 from llvmlite import ir
+import numpy as np
 from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -51,7 +56,7 @@ def _minmax_intrinsic(name):
     return fn
 
 
-fmax = _minmax_intrinsic("maximum")   # NaN-propagating, vectorizable max step
+fmax = _minmax_intrinsic("maximum")   # NaN-propagating max (vectorizable, slower than keys)
 fmin = _minmax_intrinsic("minimum")
 
 
@@ -87,3 +92,64 @@ def compensated(s, c):
 def variance(m2, n, correction):
     """Sum of squared deviations over max(n - correction, 0), as eager divides."""
     return m2 / max(n - correction, 0.0)
+
+
+def _bitcast(src, dst, width):
+    @intrinsic
+    def fn(typingctx, x):
+        if x != src:
+            return None
+
+        def codegen(context, builder, signature, args):
+            target = ir.IntType(width) if isinstance(dst, types.Integer) else (
+                ir.FloatType() if width == 32 else ir.DoubleType())
+            return builder.bitcast(args[0], target)
+        return dst(x), codegen
+    return fn
+
+
+_bits32 = _bitcast(types.float32, types.int32, 32)
+_float32 = _bitcast(types.int32, types.float32, 32)
+_bits64 = _bitcast(types.float64, types.int64, 64)
+_float64 = _bitcast(types.int64, types.float64, 64)
+_MAX32, _MIN32 = np.int32(2**31 - 1), np.int32(-2**31)
+_MAX64, _MIN64 = np.int64(2**63 - 1), np.int64(-2**63)
+
+
+@njit(**_INLINE)
+def max_key32(v):
+    b = _bits32(v)
+    return _MAX32 if v != v else np.int32(b ^ ((b >> 31) & _MAX32))
+
+
+@njit(**_INLINE)
+def min_key32(v):
+    b = _bits32(v)
+    return _MIN32 if v != v else np.int32(b ^ ((b >> 31) & _MAX32))
+
+
+@njit(**_INLINE)
+def from_key32(k):
+    """The float32 of a key (the NaN keys, MAX and MIN, give NaN)."""
+    if k == _MAX32 or k == _MIN32:
+        return np.float32(np.nan)
+    return _float32(np.int32(k ^ ((k >> 31) & _MAX32)))
+
+
+@njit(**_INLINE)
+def max_key64(v):
+    b = _bits64(v)
+    return _MAX64 if v != v else np.int64(b ^ ((b >> 63) & _MAX64))
+
+
+@njit(**_INLINE)
+def min_key64(v):
+    b = _bits64(v)
+    return _MIN64 if v != v else np.int64(b ^ ((b >> 63) & _MAX64))
+
+
+@njit(**_INLINE)
+def from_key64(k):
+    if k == _MAX64 or k == _MIN64:
+        return np.float64(np.nan)
+    return _float64(np.int64(k ^ ((k >> 63) & _MAX64)))
