@@ -102,6 +102,7 @@ class RowPlan(Plan):
     accumulators: list = field(default_factory=list)  # per pass: Accumulators
     row_lines: list = field(default_factory=list)    # (stage, Line), stage = pass it precedes
     scratch: list = field(default_factory=list)      # Scratch buffers
+    contiguous: set = field(default_factory=set)     # loads of a contiguous copy
     row_sizes: tuple = ()     # after layout: coalesced row dims, outermost first
     k_sizes: tuple = ()       # ... and reduced dims
     nrows: int = 0
@@ -109,6 +110,18 @@ class RowPlan(Plan):
 
     def is_row_store(self, store) -> bool:
         return not any(store.strides[self.nrows_dims:])
+
+
+class _Dense:
+    """A tensor proxy seen with contiguous strides (the copy the launcher makes of an
+    input strided along the reduced dims, as eager's softmax and norms do)."""
+
+    def __init__(self, p):
+        self.shape = tuple(p.shape)
+
+    def stride(self):
+        from primtrace.ir.strides import contiguous_strides
+        return contiguous_strides(self.shape)
 
 
 def _levels(region) -> dict:
@@ -242,11 +255,16 @@ class _RowAnalyzer(_Analyzer):
             raise NotFusible(f"{p.name} on {p.device}, region on {self.plan.device}")
         pos = self.input_pos[p.name]
         strides = _iter_strides(p, imap, self.plan.shape)
-        load = self.loads.get((pos, strides))
+        copy = strides[-1] not in (0, 1) and self.plan.nrows_dims < len(strides)
+        if copy:   # strided along the inner loop: the launcher passes a contiguous copy
+            strides = _iter_strides(_Dense(p), imap, self.plan.shape)
+        load = self.loads.get((pos, strides, copy))
         if load is None:
             load = Load(f"in{len(self.plan.loads)}", pos, p, strides)
-            self.loads[pos, strides] = load
+            self.loads[pos, strides, copy] = load
             self.plan.loads.append(load)
+            if copy:
+                self.plan.contiguous.add(load.name)
             self.plan.summary.append(f"{load.name} = {p.name}: {dtype_text(p)}"
                                      + ("" if imap == self.identity(p.shape)
                                         else f" (broadcast, strides {list(strides)})"))

@@ -281,7 +281,12 @@ def launcher_source(plan: RowPlan, region, fn_name: str, variant: str) -> tuple[
         call = [str(n) for n in plan.row_sizes + plan.k_sizes]
         call += [f"{sc.name}.data_ptr()" for sc in plan.scratch]
         for op in _operands(plan):
-            call.append(f"o{op.output}.data_ptr()" if isinstance(op, Store) else f"i{op.index}.data_ptr()")
+            if op.name in plan.contiguous:   # kept alive until the kernel returns
+                lines.append(f"    {op.name} = i{op.index}.contiguous()")
+                call.append(f"{op.name}.data_ptr()")
+            else:
+                call.append(f"o{op.output}.data_ptr()" if isinstance(op, Store)
+                            else f"i{op.index}.data_ptr()")
             call += [str(v) for _, v in runtime_strides(op, plan)]
         for s in plan.scalars:
             if s.input is not None:
