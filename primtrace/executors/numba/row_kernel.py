@@ -211,11 +211,12 @@ def render_kernel(plan: RowPlan, name: str, loop: str) -> str:
     nr = len(plan.row_sizes)
     body.append(f"for row in {loop}({' * '.join(f'n{d}' for d in range(nr))}):")
     row = []
-    if nr > 1:
-        row.append("r = row")
+    if nr > 1:   # fresh names: parfors refuse an assignment to (an alias of) the loop index
+        rest = "row"
         for d in range(nr - 1, 0, -1):
-            row += [f"i{d} = r % n{d}", f"r = r // n{d}"]
-        row.append("i0 = r")
+            row += [f"i{d} = {rest} % n{d}", f"rest{d} = {rest} // n{d}"]
+            rest = f"rest{d}"
+        row.append(f"i0 = {rest}")
     else:
         row.append("i0 = row")
     if plan.scratch:
