@@ -218,3 +218,20 @@ def test_softmax_passes_vectorize():
     assert max(lanes(r"icmp s[gl][te] <(\d+) x i32>") + lanes(r"smax\.v(\d+)i32"), default=0) >= 8
     assert max(lanes(r"fadd reassoc <(\d+) x float>"), default=0) >= 8
     assert max(lanes(r"fdiv <(\d+) x float>"), default=0) >= 8
+
+
+def test_parallel_variant_matches_eager(monkeypatch):
+    """The prange variant (per-thread scratch rows, rows of several dims decomposed) on
+    shapes small enough to test: the threshold is lowered to 0."""
+    from primtrace.executors.numba.backends import cpu
+    monkeypatch.setattr(cpu, "PARALLEL_WORK", 0)
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(3, 5, 40, generator=g)
+    mask = torch.rand(5, 40, generator=g) < 0.2      # broadcast: two row dims stay apart
+    w, b = torch.randn(40, generator=g), torch.randn(40, generator=g)
+    for fn, args in [(_masked_softmax, (x, mask)), (PATTERNS["layer_norm"][0], (x, w, b)),
+                     (lambda x: (x.sum(-1), x.amax(-1)), (x,))]:
+        jfn = fused(fn)
+        check_against_eager(jfn, fn, *args)
+        (node,) = fused_nodes(execution(jfn))
+        assert node.symbol.impl.variant == "kernel_parallel"
