@@ -121,10 +121,9 @@ class NumbaFusionExecutor(FusionExecutor):
         return ops.lowerable(self._backend(device), sym.name, tensors[0].dtype, len(args))
 
     def _reduction_ok(self, node: Node) -> bool:
-        """A reduction over trailing dims fuses into a CPU row kernel (reduction_plan.py);
-        CUDA row kernels are not written yet: torch runs those."""
+        """A reduction over trailing dims fuses into a row kernel (reduction_plan.py)."""
         device = _device_type(node)
-        if device is None or not self._device_ok(device) or self._backend_for(device) != "cpu":
+        if device is None or not self._device_ok(device):
             return False
         if any(isinstance(p, TensorProxy) and not supported(p.dtype)
                for p in proxies_in((node.args, node.kwargs, node.outputs))):
@@ -288,6 +287,9 @@ class NumbaFusionExecutor(FusionExecutor):
         """The region's callable, from the plan partition made (or a new one)."""
         plan = region.plan if isinstance(region, PlannedRegion) else None
         if self._backend_for(self._device_of(region.nodes)) == "cuda":
+            if reduction_plan.has_reduction(region.nodes):
+                from primtrace.executors.numba.backends import cuda_rows
+                return cuda_rows.compile_region(region, self.name, plan)
             from primtrace.executors.numba.backends import cuda
             return cuda.compile_region(region, self.name, plan)
         if reduction_plan.has_reduction(region.nodes):

@@ -220,6 +220,8 @@ class _RowAnalyzer(_Analyzer):
         key = (p.name, imap, self.pass_ if per_element else None)
         if key not in self.memo:
             earlier = self.first.get((p.name, imap)) if per_element else None
+            if self.backend.name == "cuda":   # no scratch rows there: recomputed
+                earlier = None
             if earlier is not None and earlier[0] < self.pass_ and earlier[1][0] in \
                     self.expensive and DTYPES[earlier[1][1]].reg in ("float32", "float64"):
                 self.memo[key] = self._from_scratch(earlier)
@@ -355,7 +357,7 @@ class _RowAnalyzer(_Analyzer):
         dev = self.emit(f"{y64} - {mean}", False, "deviation")
         sq = self.emit(f"{dev} * {dev}", False, "squared deviation")
         m2 = self._accumulate(first + 1, "sum", sq, "float64")
-        var = self.emit(f"acc.variance({m2}, {n}, {c})", False, "var")
+        var = self.emit(f"{m2} / max({n} - {c}, float64(0))", False, "var: over max(N - c, 0)")
         return self._result(var, p.dtype, "var")
 
     # outputs
@@ -376,7 +378,7 @@ class _RowAnalyzer(_Analyzer):
             strides = _iter_strides(out, imap, plan.shape)
             plan.stores.append(Store(f"out{k}", k, out.dtype, strides, var))
             plan.summary.append(f"out{k} = {out.name}: {dtype_text(out)}")
-        if any(not inv for _, inv in plan.zero_division):
+        if any(not inv or self.backend.name == "cuda" for _, inv in plan.zero_division):
             raise NotFusible("an integer division by a per-element value in a row region")
         plan.numel = math.prod(plan.shape)
         return plan

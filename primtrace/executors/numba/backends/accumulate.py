@@ -88,12 +88,6 @@ def compensated(s, c):
     return s + c if math.isfinite(s) else s
 
 
-@njit(**_INLINE)
-def variance(m2, n, correction):
-    """Sum of squared deviations over max(n - correction, 0), as eager divides."""
-    return m2 / max(n - correction, 0.0)
-
-
 def _bitcast(src, dst, width):
     @intrinsic
     def fn(typingctx, x):
