@@ -6,6 +6,8 @@ torch.compile, timed interleaved in one process; prints ratios to eager per roun
     python benchmarks/reductions.py --only W6,W7    # a subset
     python benchmarks/reductions.py --no-compile    # skip torch.compile
     python benchmarks/reductions.py --scale 0.01    # smaller tensors (the smoke test)
+    python benchmarks/reductions.py --scan          # the cost model's table: softmax,
+        # layer_norm, rms_norm and sum at 4 shapes, f32 and bf16, fused (no cost model)
 
 W6  ((q @ k^T) * scale).masked_fill(mask, -inf).softmax(-1), q, k (4, 8, 256, 64) f32
 W7  RMSNorm written in torch on bf16 (4096, 2048), computed in f32; also its time over the
@@ -113,6 +115,34 @@ def measure(fn, args, contenders: dict, rounds: int, seconds: float) -> dict:
             for name in contenders}
 
 
+SCAN_OPS = {
+    "softmax": lambda x, w: x.softmax(-1),
+    "layer_norm": lambda x, w: F.layer_norm(x, (x.shape[-1],), w, w),
+    "rms_norm": lambda x, w: F.rms_norm(x, (x.shape[-1],), w),
+    "sum": lambda x, w: x.sum(-1),
+}
+SCAN_SHAPES = [(64, 1024), (4096, 1024), (8192, 1024), (4096, 8192)]
+
+
+def scan(scale: float, rounds: int, seconds: float) -> None:
+    """Row kernels without the cost model against eager: what cost.py's choices rest on."""
+    from primtrace.executors.numba import NumbaFusionExecutor
+    every = [NumbaFusionExecutor(cost_model=False), primtrace.TORCH]
+    print("| op | dtype | " + " | ".join(f"{r}x{c}" for r, c in SCAN_SHAPES) + " |")
+    print("|---|---|" + "---|" * len(SCAN_SHAPES))
+    for name, fn in SCAN_OPS.items():
+        for dtype in (torch.float32, torch.bfloat16):
+            cells = []
+            for rows, cols in SCAN_SHAPES:
+                x = torch.randn(_n(rows, scale, 2), cols).to(dtype)
+                w = torch.randn(cols).to(dtype)
+                jfn = primtrace.jit(fn, executors=every)
+                jfn(x, w)
+                result = measure(fn, (x, w), {"eager": fn, "fused": jfn}, rounds, seconds)
+                cells.append(f"{result['fused'][0]:.2f}")
+            print(f"| {name} | {str(dtype)[6:]} | " + " | ".join(cells) + " |", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="")
@@ -120,7 +150,10 @@ def main():
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--time", type=float, default=0.3, help="seconds per contender per round")
+    parser.add_argument("--scan", action="store_true", help="the cost model's scan instead")
     args = parser.parse_args()
+    if args.scan:
+        return scan(args.scale, args.rounds, args.time)
     chosen = set(args.only.split(",")) if args.only else None
     print(f"torch threads {torch.get_num_threads()}, numba threads "
           f"{os.environ.get('NUMBA_NUM_THREADS', 'default')}; {args.rounds} interleaved rounds; "

@@ -31,7 +31,7 @@ import torch
 
 from primtrace.executors.numba.plan import Line, Load, NotFusible, Plan, Store, _Analyzer, \
     _iter_strides, dtype_text, node_args
-from primtrace.executors.numba.registers import DTYPES, category
+from primtrace.executors.numba.registers import DTYPES
 from primtrace.ir.proxy import TensorProxy
 from primtrace.ir.symbol import SymbolKind
 
