@@ -380,8 +380,32 @@ class _RowAnalyzer(_Analyzer):
             plan.summary.append(f"out{k} = {out.name}: {dtype_text(out)}")
         if any(not inv or self.backend.name == "cuda" for _, inv in plan.zero_division):
             raise NotFusible("an integer division by a per-element value in a row region")
+        _fold_store_roundings(plan)
         plan.numel = math.prod(plan.shape)
         return plan
+
+
+def _fold_store_roundings(plan: RowPlan) -> None:
+    """plan.fold_store_roundings for the last pass: a value rounded to a half dtype only to
+    be stored in it is stored unrounded (the store rounds; RNE is idempotent)."""
+    final = plan.passes[-1]
+    others = [line.expr for line in plan.lines] + [line.expr for _, line in plan.row_lines]
+    others += [a.value for accs in plan.accumulators for a in accs]
+    others += [sc.value for sc in plan.scratch]
+    for line in list(final):
+        if line.rounds is None:
+            continue
+        dtype, raw = line.rounds
+        stores = [st for st in plan.stores if st.value == line.var]
+        if not stores or any(st.dtype is not dtype for st in stores):
+            continue
+        used = re.compile(rf"\b{line.var}\b")
+        if any(used.search(e) for e in others) or any(
+                used.search(o.expr) for o in final if o is not line):
+            continue
+        for st in stores:
+            st.value = raw
+        final.remove(line)
 
 
 def layout(plan: RowPlan) -> None:
