@@ -59,6 +59,9 @@ EXAMPLES = {
     "scalar_tensor": [0.5], "arange": [5],
     "softmax": [T((2, 3)), 1], "log_softmax": [T((2, 3)), 1], "softmin": [T((2, 3)), 1],
     "layer_norm": [T((2, 3)), (3,), T((3,)), T((3,))], "rms_norm": [T((2, 3)), (3,), T((3,))],
+    "linspace": [0.0, 1.0, 5], "logspace": [0.0, 2.0, 5], "eye": [3], "tril_indices": [3, 3],
+    "triu_indices": [3, 3], "empty_strided": [(2, 3), (1, 2)],
+    "new_empty_strided": [T((2, 3)), (2, 3), (1, 2)], "view_as_complex": [T((3, 2))],
 }
 
 

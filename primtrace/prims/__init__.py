@@ -5,6 +5,7 @@ Python numbers act as scalars), same dtype, no promotion. Each prim is a
 :class:`~primtrace.ir.Symbol` with a meta function, used on proxies while tracing and as
 the contract check on real tensors, and a torch implementation.
 """
+from primtrace.prims import dtype_views as _dtype_views
 from primtrace.prims import elementwise as _elementwise
 from primtrace.prims import reductions as _reductions
 from primtrace.prims import structural as _structural
@@ -15,11 +16,12 @@ from primtrace.prims.structural import (broadcast_in_dim, convert_element_type, 
                                         full, iota, polygamma, resize, where)
 from primtrace.prims.structural import complex_ as complex  # noqa: F401,A001
 from primtrace.prims.structural import full_like, full_strided  # noqa: F401
+from primtrace.prims.dtype_views import libm_pow, view_as_complex, view_as_real  # noqa: F401
 from primtrace.prims.reductions import amax, amin, prod, var  # noqa: F401
 from primtrace.prims.reductions import sum  # noqa: F401
 
 #: name -> Symbol, every prim.
-ALL_PRIMS = {**_elementwise.PRIMS, **_structural.PRIMS, **_reductions.PRIMS,
+ALL_PRIMS = {**_elementwise.PRIMS, **_structural.PRIMS, **_reductions.PRIMS, **_dtype_views.PRIMS,
              "check_fits": check_fits}
 UNARY = [row[0] for row in _elementwise.UNARY]
 BINARY = [row[0] for row in _elementwise.BINARY]

@@ -12,6 +12,9 @@ from primtrace.refs.comparison import *  # noqa: F401,F403
 from primtrace.refs.complex_numbers import *  # noqa: F401,F403
 from primtrace.refs.conversion import *  # noqa: F401,F403
 from primtrace.refs.creation import *  # noqa: F401,F403
+from primtrace.refs.dtype_views import *  # noqa: F401,F403
+from primtrace.refs.queries import *  # noqa: F401,F403
+from primtrace.refs.ranges import *  # noqa: F401,F403
 from primtrace.refs.reductions import *  # noqa: F401,F403
 from primtrace.refs.ternary import *  # noqa: F401,F403
 from primtrace.refs.unary import *  # noqa: F401,F403
