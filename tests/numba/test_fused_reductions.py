@@ -304,3 +304,15 @@ def test_cuda_row_kernels_compile_to_ptx_for_sm_90():
     assert code.count(".entry") == 1 and ".target sm_90" in code
     assert "bar.sync" in code and ".shared" in code          # the block's tree
     assert "CUDA row kernel" in primtrace.kernel_source(jfn, device="cuda")
+
+
+def test_a_row_region_the_planner_refuses_leaves_only_its_reductions_to_torch():
+    """Integer division by a tensor in a row region (the kernel counts zero divisors only
+    outside its passes): the sum runs in torch, the elementwise prims around it still fuse."""
+    def fn(a, b):
+        return ((a // b) * 3).sum(-1) + 1
+    a, b = torch.randint(-50, 50, (4, 9)), torch.randint(1, 5, (4, 9))
+    jfn = fused(fn)
+    check_against_eager(jfn, fn, a, b)
+    names = [n.symbol.name for n in execution(jfn).nodes]
+    assert names[1] == "sum" and len(fused_nodes(execution(jfn))) == 2, names

@@ -159,6 +159,17 @@ class NumbaFusionExecutor(FusionExecutor):
 
     # --- partitioning --------------------------------------------------------------------
     def partition(self, trace: Trace) -> list[Region]:
+        """Regions as below; where the planner refuses a row region as a whole (what the
+        partitioner's cheap checks did not see), its reductions are left to torch and the
+        trace partitioned again, so their elementwise neighbours still fuse."""
+        excluded: set = set()
+        while True:
+            regions, refused = self._partition(trace, excluded)
+            if not refused:
+                return regions
+            excluded |= refused
+
+    def _partition(self, trace: Trace, excluded: set) -> tuple[list[Region], set]:
         nodes = trace.nodes
         g = dependency_graph(trace)
         claimed = trace.tags.get("claimed", ())
@@ -167,7 +178,7 @@ class NumbaFusionExecutor(FusionExecutor):
         fusible = set()
         grad_mode = trace.tags.get("grad_enabled", torch.is_grad_enabled())
         for i, n in enumerate(nodes):
-            if id(n) in claimed or not self.can_fuse(n):
+            if id(n) in claimed or i in excluded or not self.can_fuse(n):
                 continue
             if needs_autograd(n, grad_mode):
                 note = ("values that require grad run in torch, which records the backward "
@@ -245,19 +256,22 @@ class NumbaFusionExecutor(FusionExecutor):
         for name, idx in readers.items():
             for j in idx[1:]:
                 merge(group[idx[0]], group[j])
-        regions = []
+        regions, refused = [], set()
         for m in members.values():
             if len(m) < self.min_region_size or not valid(m):
                 continue
             region = Region.from_nodes(trace, [nodes[i] for i in sorted(m)])
-            planner = reduction_plan if reduction_plan.has_reduction(region.nodes) else kernel_plan
+            rows = reduction_plan.has_reduction(region.nodes)
+            planner = reduction_plan if rows else kernel_plan
             try:   # the region as a whole: what no single node shows (plan.py's NotFusible)
                 plan = planner.analyze(region, self._backend(self._device_of(region.nodes)))
             except NotFusible:
+                if rows:
+                    refused |= {i for i in m if reduction_plan.is_reduction(nodes[i])}
                 continue
             regions.append(PlannedRegion(region.nodes, region.inputs, region.outputs, plan))
         regions.sort(key=lambda r: nodes.index(r.nodes[0]))
-        return regions
+        return regions, refused
 
     def fuse_call(self, nodes: list[Node]) -> bool:
         """Under the cost model on the CPU, a call with a prim left to torch (unlowered, or
