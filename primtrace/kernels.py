@@ -51,8 +51,8 @@ def kernel_source(jfn, device: str = "cpu") -> str:
         sources = [(n.symbol.name, n.symbol.source) for n in execution.nodes
                    if n.symbol.kind is SymbolKind.FUSED and n.symbol.source]
     else:
-        from primtrace.executors.numba.backends import cuda
-        sources = [(name, cuda.describe(region.plan, region) + "\n" + cuda.render_kernel(region.plan))
+        sources = [(name, _cuda_module(region).describe(region.plan, region) + "\n"
+                    + _cuda_module(region).render_kernel(region.plan))
                    for name, region in _cuda_regions(jfn)]
     return "\n\n".join(f"# {name}\n{source}" for name, source in sources)
 
@@ -69,8 +69,18 @@ def kernel_ptx(jfn, cc: tuple[int, int] = (9, 0)) -> dict[str, str]:
         import numba.cuda  # noqa: F401
     except ImportError as e:
         raise ImportError("primtrace.kernel_ptx needs numba-cuda (pip install numba-cuda)") from e
+    return {name: _cuda_module(region).ptx(region, cc, region.plan)
+            for name, region in _cuda_regions(jfn)}
+
+
+def _cuda_module(region):
+    """The CUDA backend module for `region`: row kernels for regions with reductions."""
+    from primtrace.executors.numba.reduction_plan import RowPlan
+    if isinstance(region.plan, RowPlan):
+        from primtrace.executors.numba.backends import cuda_rows
+        return cuda_rows
     from primtrace.executors.numba.backends import cuda
-    return {name: cuda.ptx(region, cc, region.plan) for name, region in _cuda_regions(jfn)}
+    return cuda
 
 
 def clear_kernel_cache() -> int:

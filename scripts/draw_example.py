@@ -2,8 +2,8 @@
 """Draw docs/trace.png: the execution trace of a small block with two fusion regions.
 
 A GELU-style activation (seven prims) and a gated residual (three prims) fuse into one
-Numba kernel each; layer_norm, whose reductions are not fused yet, runs between them as
-torch's own call. The picture
+Numba kernel each; group_norm, which has no ref, runs between them as torch's own call
+(layer_norm would fuse with both: one row kernel). The picture
 is what ``Trace.draw`` makes (needs matplotlib: ``pip install primtrace[draw]``).
 
     python scripts/draw_example.py                   (or: --output docs/trace.svg)
@@ -22,7 +22,7 @@ from primtrace.executors import FusionExecutor, default_executors
 
 def block(x, weight, bias):
     h = torch.nn.functional.gelu(x * 2 + 1)
-    y = torch.nn.functional.layer_norm(h, (x.shape[-1],), weight, bias)
+    y = torch.nn.functional.group_norm(h, 2, weight, bias)
     return torch.sigmoid(y) * y + x
 
 

@@ -28,3 +28,11 @@ def test_gpt_block_benchmark_runs():
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "| primtrace.jit |" in done.stdout
+
+
+def test_reductions_benchmark_runs():
+    args = ["--no-compile", "--scale", "0.002", "--rounds", "1", "--time", "0.001"]
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "reductions.py"), *args],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "| W6 |" in done.stdout and "| W9 |" in done.stdout and "bandwidth floor" in done.stdout

@@ -52,5 +52,7 @@ def test_traced(name):
     fn = lambda x: getattr(torch.special, name)(x, -1, dtype=torch.float64) * 2  # noqa: E731
     jfn = primtrace.jit(fn)
     x = torch.randn(4, 5)
-    torch.testing.assert_close(jfn(x), fn(x), rtol=0, atol=0)
+    # fused into one row kernel (float64 sums compensated, exp / sum divided, not multiplied
+    # by a reciprocal): within an ulp or two of eager's, not bit for bit
+    torch.testing.assert_close(jfn(x), fn(x), rtol=1e-15, atol=0)
     assert primtrace.last_traces(jfn)[0].nodes[0].symbol.qualname == f"refs.special.{name}"

@@ -110,11 +110,13 @@ def test_float16_call_reading_a_transposed_operand_runs_in_torch_below_huge_page
 
 def test_a_call_kept_whole_after_cse_merged_its_prims_into_another_call():
     """l1_loss's sub is CSE'd into mse_loss's: kept whole, l1_loss reads a and b again, and
-    the region holding that sub need not output it (was a LoweringError)."""
-    a, b = torch.randn(4, 6), torch.randn(4, 6)
+    the region holding that sub need not output it (was a LoweringError). l1_loss is kept
+    whole by its reduction: one row of 8192 elements (a row kernel would not split it
+    among threads, cost.reductions_fuse)."""
+    a, b = torch.randn(64, 128), torch.randn(64, 128)
 
     def fn(a, b):
-        return F.mse_loss(a, b) + F.l1_loss(a, b, reduction="sum")
+        return F.mse_loss(a, b, reduction="none") + F.l1_loss(a, b, reduction="sum")
     got, nodes = run(fn, a, b)
     assert "torch.nn.functional.l1_loss" in nodes
     torch.testing.assert_close(got, fn(a, b))

@@ -21,6 +21,8 @@ with ``benchmarks/single_ops.py`` (65 single ops fused vs eager) and ``benchmark
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from primtrace.executors.base import Region
@@ -63,6 +65,20 @@ MIN_HALF_ELEMENTS = 1 << 15
 CALLS_LEFT_TO_TORCH = {torch.bfloat16: {("gelu", "erf")}}
 
 
+#: row kernels (reductions, reduction_plan.py), measured with benchmarks/reductions.py and
+#: a scan of softmax, layer_norm, rms_norm and sum over (8..8192) x (64..8192) rows, one
+#: thread each: norms win from the smallest sizes (0.3-0.9x eager), softmax from ~2^15
+#: elements (16x1024: 1.02x, 256x256: 0.79x, 4096x1024: 0.68x), a plain float32 sum is a
+#: wash (0.95-1.3x: eager's is as fast) and a half one wins from ~2^16 (0.63-0.86x)
+PLAIN_REDUCTION_CALLS = {"sum", "mean", "prod", "amax", "amin", "max", "min", "nansum"}
+MIN_ROW_ELEMENTS = 1 << 15
+MIN_PLAIN_HALF_ELEMENTS = 1 << 16
+#: a row kernel runs its rows in parallel: fewer rows than this (x.sum() is one) leave
+#: threads idle where eager splits the row; above a few thousand elements torch runs it
+MIN_ROWS = 8
+SMALL_ELEMENTS = 1 << 12
+
+
 def slow_on_cpu(name: str, dtype) -> bool:
     """Whether prim `name` on `dtype` runs slower in our CPU kernels than in eager's."""
     return name in SLOW_PRIMS and dtype.is_floating_point
@@ -74,6 +90,8 @@ def _bytes(tensors) -> int:
 
 def fuse_single_call(region: Region) -> bool:
     """Whether the Numba kernel for one torch call's region beats torch's own on the CPU."""
+    if _reduction_inputs(region.nodes):
+        return fuse_row_call(region)
     tensors = [p for p in (*region.inputs, *region.outputs)
                if isinstance(p, TensorProxy) and p.ndim > 0]
     if len({p.dtype for p in tensors}) > 1:
@@ -95,6 +113,8 @@ def fuse_single_call(region: Region) -> bool:
 
 def call_left_to_torch(nodes) -> bool:
     """Whether the prims `nodes` of one torch call run faster as that call, even in a chain."""
+    if not reductions_fuse(nodes):
+        return True
     call = nodes[0].origin
     outputs = [p for p in proxies_in(call.outputs) if isinstance(p, TensorProxy)]
     dtype = outputs[0].dtype if outputs else None
@@ -111,3 +131,47 @@ def _strided_inner(p) -> bool:
     at 2^20; 0.8x from huge-page sizes on)."""
     return (isinstance(p, TensorProxy) and p.dtype is torch.float16 and p.ndim >= 2
             and p.shape[-1] > 1 and p.stride()[-1] != 1)
+
+
+def _reduction_inputs(nodes):
+    from primtrace.executors.numba.reduction_plan import is_reduction, reduction_args
+    return [reduction_args(n) for n in nodes if is_reduction(n)]
+
+
+def reductions_fuse(nodes) -> bool:
+    """Whether the reductions among one call's prims `nodes` may run in a row kernel: each
+    has enough rows to share among threads (or is small), and no tensor the call reads is
+    strided along the reduced innermost dim. Such a tensor a row kernel reads from a
+    contiguous copy (read in place, one element a cache line: 15-50x eager), and the copy
+    (a transpose) costs more than eager's sum or layer_norm, which reduce across rows
+    (xt.sum(-1) 4096x1024: 12x eager with the copy); softmax copies too. In a longer
+    region (masked scores, then softmax) the copy is still made: the region's other
+    prims fused are worth it."""
+    reductions = _reduction_inputs(nodes)
+    if not reductions:
+        return True
+    for a, dims, _ in reductions:
+        rows = math.prod(a.shape[:a.ndim - len(dims)])
+        if rows < MIN_ROWS and a.numel() > SMALL_ELEMENTS:
+            return False
+    produced = {p.name for n in nodes for p in n.output_proxies}
+    for n in nodes:
+        for p in n.inputs:
+            if (isinstance(p, TensorProxy) and p.name not in produced and p.ndim > 0
+                    and p.shape[-1] > 1 and p.stride()[-1] != 1):
+                return False
+    return True
+
+
+def fuse_row_call(region: Region) -> bool:
+    """Whether the row kernel of one torch call with reductions beats eager's call."""
+    call = region.nodes[0].origin
+    name = call.symbol.name if call is not None else None
+    sizes = [a.numel() for a, _, _ in _reduction_inputs(region.nodes)]
+    numel = max(sizes, default=0)
+    if name in ("layer_norm", "rms_norm"):
+        return True
+    if name in PLAIN_REDUCTION_CALLS:
+        dtype = _reduction_inputs(region.nodes)[0][0].dtype
+        return dtype in (torch.float16, torch.bfloat16) and numel >= MIN_PLAIN_HALF_ELEMENTS
+    return numel >= MIN_ROW_ELEMENTS

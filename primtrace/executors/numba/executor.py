@@ -33,6 +33,7 @@ import torch
 from primtrace.executors.base import FusionExecutor, Region, creates_cycle, dependency_graph
 from primtrace.executors.numba import ops
 from primtrace.executors.numba import plan as kernel_plan
+from primtrace.executors.numba import reduction_plan
 from primtrace.executors.numba.plan import NotFusible, Plan, is_number, node_args
 from primtrace.executors.numba.registers import NUMBER_DTYPE, supported
 from primtrace.ir.proxy import NumberProxy, TensorProxy
@@ -85,6 +86,8 @@ class NumbaFusionExecutor(FusionExecutor):
         """Whether `node` is a prim with a row in the op table (ops.py) that the backend for
         its device lowers on its dtype, with arguments a kernel can take."""
         sym = node.symbol
+        if reduction_plan.is_reduction(node):
+            return self._reduction_ok(node)
         row = ops.OPS.get(sym.name)
         if sym.kind is not SymbolKind.PRIM or row is None:
             return False
@@ -117,6 +120,16 @@ class NumbaFusionExecutor(FusionExecutor):
                 return False
         return ops.lowerable(self._backend(device), sym.name, tensors[0].dtype, len(args))
 
+    def _reduction_ok(self, node: Node) -> bool:
+        """A reduction over trailing dims fuses into a row kernel (reduction_plan.py)."""
+        device = _device_type(node)
+        if device is None or not self._device_ok(device):
+            return False
+        if any(isinstance(p, TensorProxy) and not supported(p.dtype)
+               for p in proxies_in((node.args, node.kwargs, node.outputs))):
+            return False
+        return reduction_plan.reduction_fusible(node)
+
     def _device_ok(self, device: str) -> bool:
         if self.backend == "cuda":   # forced (simulator tests, PTX checks): any device
             return device in ("cpu", "cuda")
@@ -146,6 +159,17 @@ class NumbaFusionExecutor(FusionExecutor):
 
     # --- partitioning --------------------------------------------------------------------
     def partition(self, trace: Trace) -> list[Region]:
+        """Regions as below; where the planner refuses a row region as a whole (what the
+        partitioner's cheap checks did not see), its reductions are left to torch and the
+        trace partitioned again, so their elementwise neighbours still fuse."""
+        excluded: set = set()
+        while True:
+            regions, refused = self._partition(trace, excluded)
+            if not refused:
+                return regions
+            excluded |= refused
+
+    def _partition(self, trace: Trace, excluded: set) -> tuple[list[Region], set]:
         nodes = trace.nodes
         g = dependency_graph(trace)
         claimed = trace.tags.get("claimed", ())
@@ -154,7 +178,7 @@ class NumbaFusionExecutor(FusionExecutor):
         fusible = set()
         grad_mode = trace.tags.get("grad_enabled", torch.is_grad_enabled())
         for i, n in enumerate(nodes):
-            if id(n) in claimed or not self.can_fuse(n):
+            if id(n) in claimed or i in excluded or not self.can_fuse(n):
                 continue
             if needs_autograd(n, grad_mode):
                 note = ("values that require grad run in torch, which records the backward "
@@ -179,7 +203,7 @@ class NumbaFusionExecutor(FusionExecutor):
             shapes, devices, work = set(), set(), False
             for i in m:
                 n = nodes[i]
-                work = work or ops.OPS[n.symbol.name].work
+                work = work or _work(n)
                 for p in n.output_proxies:
                     leaves = (p.name in returned or bool(consumers.get(p.name, set()) - m)
                               or n.symbol.name == "copy_to")   # a write is always observable
@@ -189,7 +213,12 @@ class NumbaFusionExecutor(FusionExecutor):
                         return False
                     shapes.add(tuple(p.shape))
                     devices.add(p.device)
-            return work and len(shapes) <= 1 and len(devices) <= 1
+            if not work or len(devices) > 1:
+                return False
+            group = [nodes[i] for i in sorted(m)]
+            if reduction_plan.has_reduction(group):
+                return reduction_plan.row_group_valid(group, shapes)
+            return len(shapes) <= 1
 
         def merge(a, b) -> bool:
             if a == b:
@@ -227,18 +256,22 @@ class NumbaFusionExecutor(FusionExecutor):
         for name, idx in readers.items():
             for j in idx[1:]:
                 merge(group[idx[0]], group[j])
-        regions = []
+        regions, refused = [], set()
         for m in members.values():
             if len(m) < self.min_region_size or not valid(m):
                 continue
             region = Region.from_nodes(trace, [nodes[i] for i in sorted(m)])
+            rows = reduction_plan.has_reduction(region.nodes)
+            planner = reduction_plan if rows else kernel_plan
             try:   # the region as a whole: what no single node shows (plan.py's NotFusible)
-                plan = kernel_plan.analyze(region, self._backend(self._device_of(region.nodes)))
+                plan = planner.analyze(region, self._backend(self._device_of(region.nodes)))
             except NotFusible:
+                if rows:
+                    refused |= {i for i in m if reduction_plan.is_reduction(nodes[i])}
                 continue
             regions.append(PlannedRegion(region.nodes, region.inputs, region.outputs, plan))
         regions.sort(key=lambda r: nodes.index(r.nodes[0]))
-        return regions
+        return regions, refused
 
     def fuse_call(self, nodes: list[Node]) -> bool:
         """Under the cost model on the CPU, a call with a prim left to torch (unlowered, or
@@ -268,10 +301,21 @@ class NumbaFusionExecutor(FusionExecutor):
         """The region's callable, from the plan partition made (or a new one)."""
         plan = region.plan if isinstance(region, PlannedRegion) else None
         if self._backend_for(self._device_of(region.nodes)) == "cuda":
+            if reduction_plan.has_reduction(region.nodes):
+                from primtrace.executors.numba.backends import cuda_rows
+                return cuda_rows.compile_region(region, self.name, plan)
             from primtrace.executors.numba.backends import cuda
             return cuda.compile_region(region, self.name, plan)
+        if reduction_plan.has_reduction(region.nodes):
+            from primtrace.executors.numba import row_kernel
+            return row_kernel.compile_region(region, self.name, plan)
         from primtrace.executors.numba.backends import cpu
         return cpu.compile_region(region, self.name, plan)
+
+
+def _work(node: Node) -> bool:
+    """Whether `node` is real work (not only a view or a fill)."""
+    return reduction_plan.is_reduction(node) or ops.OPS[node.symbol.name].work
 
 
 def kernel_sources(trace: Trace) -> dict[str, str]:

@@ -83,6 +83,7 @@ def _writable_dir() -> str:
 #: key and the name of the helpers' directory: a change to any of them recompiles.
 KERNEL_LIBRARIES = ("ops.py", "backends/f16range.py", "backends/halfbits.py",
                     "backends/mathlib.py", "backends/runtime.py", "backends/libdevice.py",
+                    "backends/accumulate.py",
                     "vmath/*.py")
 
 

@@ -1,0 +1,323 @@
+"""CPU row kernels: a row region's plan (``reduction_plan.py``) as an ``njit`` kernel.
+
+One loop over rows (``prange`` in the parallel variant: rows are independent), and per
+row the plan's passes over the reduced dims, each a plain loop whose accumulators are
+scalars updated through ``backends/accumulate.py`` (reorderable float adds, LLVM's
+NaN-propagating maximum): LLVM vectorizes these loops, vmath calls included, as it does
+the elementwise kernels'. A pass with a compensated float64 sum runs its innermost loop in
+blocks of ``BLOCK`` elements, each block's partial sum added with Neumaier's compensation.
+Row lines (reduced results and what follows from them) run between the passes; row-shaped
+outputs are stored after the last one. The launcher is the elementwise one's, simpler: no
+in-place writes reach a row region.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from primtrace.executors.numba import kernel_cache, launch
+from primtrace.executors.numba.backends import cpu
+from primtrace.executors.numba.ops import CPU
+from primtrace.executors.numba.plan import Store
+from primtrace.executors.numba.reduction_plan import RowPlan, analyze
+from primtrace.executors.numba.registers import DTYPES
+from primtrace.ir.proxy import TensorProxy
+
+#: elements per block of a float sum: a float32 partial sum over 256 values (16 lanes of
+#: 16: short enough to be more exact than eager's float32 cascade), a float64 one over 1024
+#: (its blocks then added with compensation)
+BLOCK = {"float32": 256, "float64": 1024}
+
+_HEADER = cpu._HEADER + ("from primtrace.executors.numba.backends import accumulate as acc\n"
+                         "from numba import get_thread_id\n")
+
+_FLOATS = ("float32", "float64")
+
+
+def _blocked(a) -> bool:
+    return a.kind == "sum" and a.reg in _FLOATS
+
+
+def _keyed(a) -> bool:
+    return a.kind in ("max", "min") and a.reg in _FLOATS
+
+
+def _bits(a) -> str:
+    return "32" if a.reg == "float32" else "64"
+
+
+def _init(a) -> list[str]:
+    """The lines starting an accumulator before its pass."""
+    if _blocked(a):
+        return [f"{a.name}_s = float64(0)"] + ([f"{a.name}_c = float64(0)"] if a.reg == "float64" else [])
+    if a.kind == "sum":
+        return [f"{a.name} = {a.reg}(0)"]
+    if a.kind == "prod":
+        return [f"{a.name} = {a.reg}(1)"]
+    import numpy as np
+    if _keyed(a):   # the identity key: below every key (max), above every key (min)
+        info = np.iinfo(f"int{_bits(a)}")
+        return [f"{a.name}_k = int{_bits(a)}({info.min if a.kind == 'max' else info.max})"]
+    info = np.iinfo(a.reg)
+    return [f"{a.name} = {a.reg}({info.min if a.kind == 'max' else info.max})"]
+
+
+def _update(a) -> str:
+    v = a.value
+    if _blocked(a):
+        return f"{a.name}_p = acc.add({a.name}_p, {v})"
+    if a.kind == "sum":
+        return f"{a.name} += {v}"
+    if a.kind == "prod":
+        return f"{a.name} = acc.mul({a.name}, {v})" if a.reg in _FLOATS else f"{a.name} *= {v}"
+    step = "imax" if a.kind == "max" else "imin"
+    if _keyed(a):
+        return f"{a.name}_k = acc.{step}({a.name}_k, acc.{a.kind}_key{_bits(a)}({v}))"
+    return f"{a.name} = acc.{step}({a.name}, {v})"
+
+
+def _flush(a) -> str:
+    """A block's partial sum into the float64 total."""
+    if a.reg == "float64":
+        return f"{a.name}_s, {a.name}_c = acc.neumaier({a.name}_s, {a.name}_c, {a.name}_p)"
+    return f"{a.name}_s += float64({a.name}_p)"
+
+
+def _final(a) -> list[str]:
+    """The lines giving the accumulator's value (float sums: float64) after its pass."""
+    if _blocked(a):
+        return [f"{a.name} = acc.compensated({a.name}_s, {a.name}_c)" if a.reg == "float64"
+                else f"{a.name} = {a.name}_s"]
+    if _keyed(a):
+        return [f"{a.name} = acc.from_key{_bits(a)}({a.name}_k)"]
+    return []
+
+
+def _operands(plan: RowPlan) -> list:
+    return list(plan.loads) + list(plan.stores)
+
+
+def _strides(op, plan):
+    """(row strides, reduced-dim strides) of an operand after layout."""
+    return op.strides[:plan.nrows_dims], op.strides[plan.nrows_dims:]
+
+
+def runtime_strides(op, plan) -> list[tuple[str, int]]:
+    """(parameter, value) of the strides a kernel takes: nonzero ones, but a unit stride
+    of the innermost reduced dim (written as a literal, so the loop is unit-stride)."""
+    rs, ks = _strides(op, plan)
+    out = [(f"{op.name}_s{d}", s) for d, s in enumerate(rs) if s]
+    out += [(f"{op.name}_t{d}", s) for d, s in enumerate(ks)
+            if s and not (d == len(ks) - 1 and s == 1)]
+    return out
+
+
+def _params(plan: RowPlan) -> list[str]:
+    params = [f"n{d}" for d in range(len(plan.row_sizes))]
+    params += [f"m{d}" for d in range(len(plan.k_sizes))]
+    params += [f"{s.name}_addr" for s in plan.scratch]
+    for op in _operands(plan):
+        params.append(f"{op.name}_addr")
+        params += [name for name, _ in runtime_strides(op, plan)]
+    return params + [s.name for s in plan.scalars]
+
+
+def _offset(op, plan, row_level: bool) -> str:
+    rs, ks = _strides(op, plan)
+    terms = [f"{op.name}_row"] if any(rs) else []
+    if not row_level:
+        for d, s in enumerate(ks):
+            if s == 0:
+                continue
+            terms.append(f"k{d}" if d == len(ks) - 1 and s == 1 else f"k{d} * {op.name}_t{d}")
+    return " + ".join(terms) or "0"
+
+
+def _flat_k(plan) -> str:
+    """The element's position in its row (scratch buffers are dense rows)."""
+    flat = "k0"
+    for d in range(1, len(plan.k_sizes)):
+        flat = f"({flat}) * m{d} + k{d}"
+    return flat
+
+
+def _line(line, plan, row_level: bool) -> str:
+    if line.expr.endswith("[SCRATCH]"):
+        return f"{line.var} = {line.expr.replace('SCRATCH', 'scratch_row + ' + _flat_k(plan))}  # {line.comment}"
+    if line.load is not None:
+        ref = f"{line.load.name}[{_offset(line.load, plan, row_level)}]"
+        ks = line.load.strides[plan.nrows_dims:]
+        expr = CPU.load(line.load.dtype, ref, strided=not row_level and ks[-1] not in (0, 1))
+    else:
+        expr = line.expr
+    comment = f"  # {line.comment}" if line.comment else ""
+    return f"{line.var} = {expr}{comment}"
+
+
+def _store(s, plan, row_level: bool) -> str:
+    return f"{s.name}[{_offset(s, plan, row_level)}] = {CPU.store(s.dtype, s.value)}"
+
+
+def _pass(plan: RowPlan, p: int, final: bool) -> list[str]:
+    """One pass over the reduced dims: its loops, accumulators and (last pass) stores."""
+    accs, lines = plan.accumulators[p], plan.passes[p]
+    stores = [s for s in plan.stores if not plan.is_row_store(s)] if final else []
+    if not accs and not stores:
+        return []
+    out = [f"# pass {p}"]
+    for a in accs:
+        out += _init(a)
+    blocked = [a for a in accs if _blocked(a)]
+    q = len(plan.k_sizes)
+    indent = ""
+    for d in range(q - 1):
+        out.append(f"{indent}for k{d} in range(m{d}):")
+        indent += "    "
+    inner = q - 1
+    if blocked:
+        block = min(BLOCK[a.reg] for a in blocked)
+        out.append(f"{indent}for kb in range(0, m{inner}, {block}):")
+        indent += "    "
+        out += [f"{indent}{a.name}_p = {a.reg}(0)" for a in blocked]
+        out.append(f"{indent}for k{inner} in range(kb, min(kb + {block}, m{inner})):")
+    else:
+        out.append(f"{indent}for k{inner} in range(m{inner}):")
+    body = [_line(line, plan, False) for line in lines]
+    body += [_update(a) for a in accs]
+    body += [f"{sc.name}[scratch_row + {_flat_k(plan)}] = {sc.value}"
+             for sc in plan.scratch if sc.stored_in == p]
+    body += [_store(s, plan, False) for s in stores]
+    out += [indent + "    " + b for b in body]
+    out += [indent + _flush(a) for a in blocked]
+    for a in accs:
+        out += _final(a)
+    return out
+
+
+def render_kernel(plan: RowPlan, name: str, loop: str) -> str:
+    lines = [f"def {name}({', '.join(_params(plan))}):"]
+    body = []
+    for op in _operands(plan):
+        storage = "bool" if op.dtype is torch.bool else DTYPES[op.dtype].storage
+        body.append(f"{op.name} = rt.ptr_{storage}({op.name}_addr)")
+    for sc in plan.scratch:
+        body.append(f"{sc.name} = rt.ptr_{sc.reg}({sc.name}_addr)")
+    body.append("zero_div = 0")
+    body += [_line(line, plan, True) for line in plan.lines]
+    tests = [f"({d} == 0)" for d, _ in plan.zero_division]
+    if tests:
+        body.append(f"zero_div += {' | '.join(tests)}")
+    nr = len(plan.row_sizes)
+    body.append(f"for row in {loop}({' * '.join(f'n{d}' for d in range(nr))}):")
+    row = []
+    if nr > 1:   # fresh names: parfors refuse an assignment to (an alias of) the loop index
+        rest = "row"
+        for d in range(nr - 1, 0, -1):
+            row += [f"i{d} = {rest} % n{d}", f"rest{d} = {rest} // n{d}"]
+            rest = f"rest{d}"
+        row.append(f"i0 = {rest}")
+    else:
+        row.append("i0 = row")
+    if plan.scratch:
+        thread = "get_thread_id()" if loop == "prange" else "0"
+        row.append(f"scratch_row = {thread} * ({' * '.join(f'm{d}' for d in range(len(plan.k_sizes)))})")
+    for op in _operands(plan):
+        rs, _ = _strides(op, plan)
+        terms = [f"i{d} * {op.name}_s{d}" for d, s in enumerate(rs) if s]
+        if terms:
+            row.append(f"{op.name}_row = {' + '.join(terms)}")
+    npasses = len(plan.passes)
+    for p in range(npasses):
+        row += [_line(line, plan, True) for stage, line in plan.row_lines if stage == p]
+        row += _pass(plan, p, p == npasses - 1)
+    row += [_store(s, plan, True) for s in plan.stores if plan.is_row_store(s)]
+    body += ["    " + r for r in row]
+    body += [f"rt.keep({s.name})" for s in plan.stores + plan.scratch]
+    body.append("return zero_div")
+    return "\n".join(lines + ["    " + b for b in body])
+
+
+def render_module(plan: RowPlan) -> str:
+    header = _HEADER % (cpu.NJIT_OPTIONS,)
+    serial = render_kernel(plan, "kernel_serial", "range")
+    parallel = render_kernel(plan, "kernel_parallel", "prange")
+    return f"{header}\n\n{serial}\n\n\n{parallel}\n"
+
+
+def work(plan: RowPlan) -> float:
+    """A rough cost of the whole kernel in simple-op units (as cpu.work_per_element)."""
+    per_element = sum(1.0 + sum(8.0 if "m." in line.expr else 1.0 for line in lines)
+                      for lines in plan.passes)
+    return plan.nrows * plan.nk * (per_element + 0.5 * len(plan.loads))
+
+
+def choose_variant(plan: RowPlan) -> str:
+    from primtrace.executors.numba.backends import threads as nthreading
+    if plan.nrows < 2 or work(plan) < cpu.PARALLEL_WORK:
+        return "kernel_serial"
+    if nthreading.configure() and nthreading.num_threads() <= 1:
+        return "kernel_serial"
+    return "kernel_parallel"
+
+
+def launcher_source(plan: RowPlan, region, fn_name: str, variant: str) -> tuple[str, dict]:
+    args = [f"i{j}" for j in range(len(region.inputs))]
+    env = {"torch": torch, "empty_strided": torch.empty_strided, "huge_pages": cpu.huge_pages}
+    lines = [f"def {fn_name}({', '.join(args)}):"]
+    for s in plan.stores:
+        p = region.outputs[s.output]
+        alloc = (f"empty_strided({tuple(p.shape)!r}, {tuple(p.stride())!r}, "
+                 f"dtype=torch.{str(p.dtype)[6:]}, device={str(p.device)!r})")
+        if math.prod(p.shape) * p.dtype.itemsize >= cpu.HUGE_OUTPUT_BYTES:
+            alloc = f"huge_pages({alloc})"
+        lines.append(f"    o{s.output} = {alloc}")
+    if plan.scratch:
+        import numba
+        env["scratch"] = torch.empty
+        rows = numba.config.NUMBA_NUM_THREADS if variant == "kernel_parallel" else 1
+        for sc in plan.scratch:   # per call: callers in several Python threads share no buffer
+            lines.append(f"    {sc.name} = scratch({rows * plan.nk}, dtype=torch.{sc.reg})")
+    if plan.nrows > 0:
+        call = [str(n) for n in plan.row_sizes + plan.k_sizes]
+        call += [f"{sc.name}.data_ptr()" for sc in plan.scratch]
+        for op in _operands(plan):
+            if op.name in plan.contiguous:   # kept alive until the kernel returns
+                lines.append(f"    {op.name} = i{op.index}.contiguous()")
+                call.append(f"{op.name}.data_ptr()")
+            else:
+                call.append(f"o{op.output}.data_ptr()" if isinstance(op, Store)
+                            else f"i{op.index}.data_ptr()")
+            call += [str(v) for _, v in runtime_strides(op, plan)]
+        for s in plan.scalars:
+            if s.input is not None:
+                p = region.inputs[s.input]
+                call.append(f"i{s.input}.item()" if isinstance(p, TensorProxy) else f"i{s.input}")
+            else:
+                env[f"const_{s.name}"] = s.value
+                call.append(f"const_{s.name}")
+        lines.append(f"    if kernel({', '.join(call)}):")
+        lines.append('        raise RuntimeError("ZeroDivisionError")')
+    lines.append(f"    return {launch.returns_text(plan)}")
+    return "\n".join(lines), env
+
+
+def compile_region(region, fn_name: str = "numba_fusion", plan: RowPlan | None = None):
+    """The callable running row region `region` on CPU tensors."""
+    plan = plan or analyze(region, CPU)
+    module_source = render_module(plan)
+    variant = choose_variant(plan)
+    launcher, env = launcher_source(plan, region, fn_name, variant)
+    if plan.nrows > 0:
+        key, module = kernel_cache.load_module(module_source, "cpu")
+        env["kernel"] = kernel_cache.compiled(key, module, variant,
+                                              cpu._njit(variant == "kernel_parallel"))
+    exec(compile(launcher, f"<primtrace {fn_name}>", "exec"), env)
+    fn = env[fn_name]
+    head = [f"# {len(region.nodes)} prims fused; row kernel over {list(plan.shape)}: "
+            f"rows {list(plan.row_sizes)}, reduced {list(plan.k_sizes)}, "
+            f"{len(plan.passes)} passes; runs {variant}"]
+    head += [f"#   {line}" for line in plan.signature_text().splitlines()]
+    fn.source = "\n".join(head) + "\n" + launcher + "\n\n" + module_source
+    fn.plan, fn.variant, fn.kernel = plan, variant, env.get("kernel")
+    return fn
