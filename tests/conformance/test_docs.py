@@ -1,23 +1,18 @@
-"""docs/refs.md is generated: it must be what scripts/list_refs.py prints now."""
+"""The generated pages in docs/ must be what their scripts print now."""
 import importlib.util
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_refs_page_is_current():
-    spec = importlib.util.spec_from_file_location("list_refs", ROOT / "scripts" / "list_refs.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    page = (ROOT / "docs" / "refs.md").read_text()
-    assert page == script.render(), ("docs/refs.md is stale: regenerate it with "
-                                     "`.venv/bin/python scripts/list_refs.py -o docs/refs.md`")
-
-
-def test_ref_coverage_page_is_current():
-    spec = importlib.util.spec_from_file_location("ref_coverage", ROOT / "scripts" / "ref_coverage.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    page = (ROOT / "docs" / "ref-coverage.md").read_text()
-    assert page == script.render(), ("docs/ref-coverage.md is stale: regenerate it with "
-                                     "`.venv/bin/python scripts/ref_coverage.py -o docs/ref-coverage.md`")
+@pytest.mark.parametrize("script, page", [("list_refs.py", "refs.md"),
+                                          ("ref_coverage.py", "ref-coverage.md")])
+def test_generated_page_is_current(script, page):
+    spec = importlib.util.spec_from_file_location(script[:-3], ROOT / "scripts" / script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert (ROOT / "docs" / page).read_text() == module.render(), (
+        f"docs/{page} is stale: regenerate it with "
+        f"`.venv/bin/python scripts/{script} -o docs/{page}`")

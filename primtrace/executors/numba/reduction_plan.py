@@ -490,4 +490,38 @@ def row_group_valid(nodes, leaving_shapes: set) -> bool:
 
 
 __all__ = ["REDUCTIONS", "RowPlan", "Accumulator", "analyze", "has_reduction", "is_reduction",
-           "reduction_fusible", "reduction_args", "row_shapes", "node_args"]
+           "reduction_fusible", "reduction_args", "row_shapes", "node_args", "operands",
+           "split_strides", "runtime_strides", "element_offset"]
+
+
+# --- the operand layout both renderers (row_kernel, backends/cuda_rows) index with ---------------
+def operands(plan: RowPlan) -> list:
+    return list(plan.loads) + list(plan.stores)
+
+
+def split_strides(op, plan):
+    """(row strides, reduced-dim strides) of an operand after layout."""
+    return op.strides[:plan.nrows_dims], op.strides[plan.nrows_dims:]
+
+
+def runtime_strides(op, plan) -> list[tuple[str, int]]:
+    """(parameter, value) of the strides a kernel takes: nonzero ones, but a unit stride
+    of the innermost reduced dim (written as a literal, so the loop is unit-stride)."""
+    rs, ks = split_strides(op, plan)
+    out = [(f"{op.name}_s{d}", s) for d, s in enumerate(rs) if s]
+    out += [(f"{op.name}_t{d}", s) for d, s in enumerate(ks)
+            if s and not (d == len(ks) - 1 and s == 1)]
+    return out
+
+
+def element_offset(op, plan, row_level: bool) -> str:
+    """The index of op's element for the current row (and k0, k1... unless `row_level`),
+    in the names both renderers use."""
+    rs, ks = split_strides(op, plan)
+    terms = [f"{op.name}_row"] if any(rs) else []
+    if not row_level:
+        for d, s in enumerate(ks):
+            if s == 0:
+                continue
+            terms.append(f"k{d}" if d == len(ks) - 1 and s == 1 else f"k{d} * {op.name}_t{d}")
+    return " + ".join(terms) or "0"

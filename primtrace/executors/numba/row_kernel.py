@@ -20,7 +20,8 @@ from primtrace.executors.numba import kernel_cache, launch
 from primtrace.executors.numba.backends import cpu
 from primtrace.executors.numba.ops import CPU
 from primtrace.executors.numba.plan import Store
-from primtrace.executors.numba.reduction_plan import RowPlan, analyze
+from primtrace.executors.numba.reduction_plan import (RowPlan, analyze, element_offset, operands,
+                                                     runtime_strides, split_strides)
 from primtrace.executors.numba.registers import DTYPES
 from primtrace.ir.proxy import TensorProxy
 
@@ -94,44 +95,14 @@ def _final(a) -> list[str]:
     return []
 
 
-def _operands(plan: RowPlan) -> list:
-    return list(plan.loads) + list(plan.stores)
-
-
-def _strides(op, plan):
-    """(row strides, reduced-dim strides) of an operand after layout."""
-    return op.strides[:plan.nrows_dims], op.strides[plan.nrows_dims:]
-
-
-def runtime_strides(op, plan) -> list[tuple[str, int]]:
-    """(parameter, value) of the strides a kernel takes: nonzero ones, but a unit stride
-    of the innermost reduced dim (written as a literal, so the loop is unit-stride)."""
-    rs, ks = _strides(op, plan)
-    out = [(f"{op.name}_s{d}", s) for d, s in enumerate(rs) if s]
-    out += [(f"{op.name}_t{d}", s) for d, s in enumerate(ks)
-            if s and not (d == len(ks) - 1 and s == 1)]
-    return out
-
-
 def _params(plan: RowPlan) -> list[str]:
     params = [f"n{d}" for d in range(len(plan.row_sizes))]
     params += [f"m{d}" for d in range(len(plan.k_sizes))]
     params += [f"{s.name}_addr" for s in plan.scratch]
-    for op in _operands(plan):
+    for op in operands(plan):
         params.append(f"{op.name}_addr")
         params += [name for name, _ in runtime_strides(op, plan)]
     return params + [s.name for s in plan.scalars]
-
-
-def _offset(op, plan, row_level: bool) -> str:
-    rs, ks = _strides(op, plan)
-    terms = [f"{op.name}_row"] if any(rs) else []
-    if not row_level:
-        for d, s in enumerate(ks):
-            if s == 0:
-                continue
-            terms.append(f"k{d}" if d == len(ks) - 1 and s == 1 else f"k{d} * {op.name}_t{d}")
-    return " + ".join(terms) or "0"
 
 
 def _flat_k(plan) -> str:
@@ -146,7 +117,7 @@ def _line(line, plan, row_level: bool) -> str:
     if line.expr.endswith("[SCRATCH]"):
         return f"{line.var} = {line.expr.replace('SCRATCH', 'scratch_row + ' + _flat_k(plan))}  # {line.comment}"
     if line.load is not None:
-        ref = f"{line.load.name}[{_offset(line.load, plan, row_level)}]"
+        ref = f"{line.load.name}[{element_offset(line.load, plan, row_level)}]"
         ks = line.load.strides[plan.nrows_dims:]
         expr = CPU.load(line.load.dtype, ref, strided=not row_level and ks[-1] not in (0, 1))
     else:
@@ -156,7 +127,7 @@ def _line(line, plan, row_level: bool) -> str:
 
 
 def _store(s, plan, row_level: bool) -> str:
-    return f"{s.name}[{_offset(s, plan, row_level)}] = {CPU.store(s.dtype, s.value)}"
+    return f"{s.name}[{element_offset(s, plan, row_level)}] = {CPU.store(s.dtype, s.value)}"
 
 
 def _pass(plan: RowPlan, p: int, final: bool) -> list[str]:
@@ -198,7 +169,7 @@ def _pass(plan: RowPlan, p: int, final: bool) -> list[str]:
 def render_kernel(plan: RowPlan, name: str, loop: str) -> str:
     lines = [f"def {name}({', '.join(_params(plan))}):"]
     body = []
-    for op in _operands(plan):
+    for op in operands(plan):
         storage = "bool" if op.dtype is torch.bool else DTYPES[op.dtype].storage
         body.append(f"{op.name} = rt.ptr_{storage}({op.name}_addr)")
     for sc in plan.scratch:
@@ -222,8 +193,8 @@ def render_kernel(plan: RowPlan, name: str, loop: str) -> str:
     if plan.scratch:
         thread = "get_thread_id()" if loop == "prange" else "0"
         row.append(f"scratch_row = {thread} * ({' * '.join(f'm{d}' for d in range(len(plan.k_sizes)))})")
-    for op in _operands(plan):
-        rs, _ = _strides(op, plan)
+    for op in operands(plan):
+        rs, _ = split_strides(op, plan)
         terms = [f"i{d} * {op.name}_s{d}" for d, s in enumerate(rs) if s]
         if terms:
             row.append(f"{op.name}_row = {' + '.join(terms)}")
@@ -281,7 +252,7 @@ def launcher_source(plan: RowPlan, region, fn_name: str, variant: str) -> tuple[
     if plan.nrows > 0:
         call = [str(n) for n in plan.row_sizes + plan.k_sizes]
         call += [f"{sc.name}.data_ptr()" for sc in plan.scratch]
-        for op in _operands(plan):
+        for op in operands(plan):
             if op.name in plan.contiguous:   # kept alive until the kernel returns
                 lines.append(f"    {op.name} = i{op.index}.contiguous()")
                 call.append(f"{op.name}.data_ptr()")

@@ -16,7 +16,9 @@ import torch
 from primtrace.executors.numba import kernel_cache, launch
 from primtrace.executors.numba.backends import cuda
 from primtrace.executors.numba.plan import NotFusible, Store
-from primtrace.executors.numba.reduction_plan import RowPlan, analyze as _analyze
+from primtrace.executors.numba.reduction_plan import (RowPlan, element_offset, operands,
+                                                     runtime_strides, split_strides)
+from primtrace.executors.numba.reduction_plan import analyze as _analyze
 from primtrace.ir.proxy import TensorProxy
 
 #: threads per block (a power of two: the tree halves it); fewer under the simulator
@@ -77,45 +79,19 @@ def _identity(a) -> str:
     return f"{reg}({info.min if a.kind == 'max' else info.max})"
 
 
-def _strides(op, plan):
-    return op.strides[:plan.nrows_dims], op.strides[plan.nrows_dims:]
-
-
-def runtime_strides(op, plan) -> list[tuple[str, int]]:
-    rs, ks = _strides(op, plan)
-    out = [(f"{op.name}_s{d}", s) for d, s in enumerate(rs) if s]
-    out += [(f"{op.name}_t{d}", s) for d, s in enumerate(ks)
-            if s and not (d == len(ks) - 1 and s == 1)]
-    return out
-
-
-def _operands(plan):
-    return list(plan.loads) + list(plan.stores)
-
-
 def _params(plan: RowPlan) -> list[str]:
     params = [f"n{d}" for d in range(len(plan.row_sizes))]
     params += [f"m{d}" for d in range(len(plan.k_sizes))]
-    for op in _operands(plan):
+    for op in operands(plan):
         params.append(op.name)
         params += [name for name, _ in runtime_strides(op, plan)]
     return params + [s.name for s in plan.scalars]
 
 
-def _offset(op, plan, row_level: bool) -> str:
-    rs, ks = _strides(op, plan)
-    terms = [f"{op.name}_row"] if any(rs) else []
-    if not row_level:
-        for d, s in enumerate(ks):
-            if s:
-                terms.append(f"k{d}" if d == len(ks) - 1 and s == 1 else f"k{d} * {op.name}_t{d}")
-    return " + ".join(terms) or "0"
-
-
 def _line(line, plan, row_level: bool) -> str:
     if line.load is not None:
         expr = cuda.BACKEND.load(line.load.dtype,
-                                 f"{line.load.name}[{_offset(line.load, plan, row_level)}]")
+                                 f"{line.load.name}[{element_offset(line.load, plan, row_level)}]")
     else:
         expr = line.expr
     comment = f"  # {line.comment}" if line.comment else ""
@@ -123,7 +99,7 @@ def _line(line, plan, row_level: bool) -> str:
 
 
 def _store(s, plan, row_level: bool) -> str:
-    return f"{s.name}[{_offset(s, plan, row_level)}] = {cuda.BACKEND.store(s.dtype, s.value)}"
+    return f"{s.name}[{element_offset(s, plan, row_level)}] = {cuda.BACKEND.store(s.dtype, s.value)}"
 
 
 def _tree(a, threads: int) -> list[str]:
@@ -178,8 +154,8 @@ def render_kernel(plan: RowPlan) -> str:
         inner += [f"i{d} = {rest} % n{d}", f"rest{d} = {rest} // n{d}"]
         rest = f"rest{d}"
     inner.append(f"i0 = {rest}")
-    for op in _operands(plan):
-        rs, _ = _strides(op, plan)
+    for op in operands(plan):
+        rs, _ = split_strides(op, plan)
         terms = [f"i{d} * {op.name}_s{d}" for d, s in enumerate(rs) if s]
         if terms:
             inner.append(f"{op.name}_row = {' + '.join(terms)}")
@@ -206,7 +182,7 @@ def launcher_source(plan: RowPlan, region, fn_name: str) -> tuple[str, dict]:
                      f"dtype=torch.{str(p.dtype)[6:]}, device={str(p.device)!r})")
     if plan.nrows > 0:
         call = [str(n) for n in plan.row_sizes + plan.k_sizes]
-        for op in _operands(plan):
+        for op in operands(plan):
             if isinstance(op, Store):
                 tensor, proxy = f"o{op.output}", region.outputs[op.output]
             elif op.name in plan.contiguous:
@@ -260,12 +236,12 @@ def ptx(region, cc=(9, 0), plan: RowPlan | None = None) -> str:
     from numba import types
     plan = plan or analyze(region)
     key, module = kernel_cache.load_module(render_kernel(plan), "cuda")
-    operands = {op.name: op for op in _operands(plan)}
+    arrays = {op.name: op for op in operands(plan)}
     scalars = {s.name: s for s in plan.scalars}
     argtypes = []
     for name in _params(plan):
-        if name in operands:
-            argtypes.append(types.Array(cuda._numba_storage(operands[name].dtype), 1, "C"))
+        if name in arrays:
+            argtypes.append(types.Array(cuda._numba_storage(arrays[name].dtype), 1, "C"))
         elif name in scalars:
             argtypes.append({bool: types.boolean, int: types.int64,
                              float: types.float64}[scalars[name].python_type])
