@@ -6,6 +6,10 @@ Python numbers act as scalars), same dtype, no promotion. Each prim is a
 the contract check on real tensors, and a torch implementation.
 """
 from primtrace.prims import elementwise as _elementwise
+from primtrace.prims import indexing as _indexing
+from primtrace.prims import linalg as _linalg
+from primtrace.prims import random as _random
+from primtrace.prims import scans as _scans
 from primtrace.prims import reductions as _reductions
 from primtrace.prims import structural as _structural
 from primtrace.prims.elementwise import *  # noqa: F401,F403  (the table-generated prims)
@@ -17,9 +21,14 @@ from primtrace.prims.structural import complex_ as complex  # noqa: F401,A001
 from primtrace.prims.structural import full_like, full_strided  # noqa: F401
 from primtrace.prims.reductions import amax, amin, prod, var  # noqa: F401
 from primtrace.prims.reductions import sum  # noqa: F401
+from primtrace.prims.indexing import *  # noqa: F401,F403
+from primtrace.prims.linalg import *  # noqa: F401,F403
+from primtrace.prims.random import *  # noqa: F401,F403
+from primtrace.prims.scans import *  # noqa: F401,F403
 
 #: name -> Symbol, every prim.
 ALL_PRIMS = {**_elementwise.PRIMS, **_structural.PRIMS, **_reductions.PRIMS,
              "check_fits": check_fits}
+ALL_PRIMS.update({**_linalg.PRIMS, **_indexing.PRIMS, **_scans.PRIMS, **_random.PRIMS})
 UNARY = [row[0] for row in _elementwise.UNARY]
 BINARY = [row[0] for row in _elementwise.BINARY]
