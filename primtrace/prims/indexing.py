@@ -1,9 +1,9 @@
 """Indexing prims: reads by index (index_select, gather, take) and out-of-place writes by
 index (scatter, index_add, index_copy, index_fill).
 
-Strict: `dim` is a non-negative int in range, indices are int64 (index_select: int32 or
-int64) tensors, written values share the input's dtype; the refs parse and check eager's
-arguments first. Bounds of the index values are data: the torch implementation checks them
+Strict: `dim` is a non-negative int in range, indices are int64 tensors (int32 too where
+eager takes it: index_select, gather, scatter, index_add), written values share the input's
+dtype; the refs parse and check eager's arguments first. Bounds of the index values are data: the torch implementation checks them
 when the prim runs (eager's IndexError/RuntimeError). Results are contiguous, as eager's
 out-of-place ops return them, except index_fill's, which keeps the input's memory order
 (eager clones with preserve_format). None of these fuse: they run as torch calls.
@@ -45,14 +45,14 @@ def _new(shape, like):
 # --- reads ---------------------------------------------------------------------------------
 def _index_select_meta(a, dim, index):
     _check("index_select", a, dim, index, INDEX_DTYPES)
-    if a.ndim == 0:
-        return _new(tuple(index.shape), a)
+    if a.ndim == 0:  # eager: a 0-d result, whatever the (one-element) index's shape
+        return _new((), a)
     return _new((*a.shape[:dim], *index.shape, *a.shape[dim + 1:]), a)
 
 
 def _index_select_impl(a, dim, index):
     if a.ndim == 0:
-        return torch.index_select(a, 0, index.reshape(-1)).reshape(index.shape)
+        return torch.index_select(a, 0, index.reshape(-1))
     shape = (*a.shape[:dim], *index.shape, *a.shape[dim + 1:])
     return torch.index_select(a, dim, index.reshape(-1)).view(shape)
 
@@ -60,11 +60,12 @@ def _index_select_impl(a, dim, index):
 index_select = _prim(
     "index_select", _index_select_meta, _index_select_impl,
     "The slices of `a` at `index` along `dim`; the index's dims (any number) take dim's place "
-    "(a 1-d index is torch.index_select, a 2-d one an embedding lookup).")
+    "(a 1-d index is torch.index_select, a 2-d one an embedding lookup); a 0-d `a` gives a "
+    "0-d result.")
 
 
 def _gather_meta(a, dim, index):
-    _check("gather", a, dim, index)
+    _check("gather", a, dim, index, INDEX_DTYPES)
     if index.ndim != a.ndim:
         raise PrimContractError("prims.gather: index and input must have the same ndim")
     return _new(tuple(index.shape), a)
@@ -88,7 +89,7 @@ SCATTER_REDUCTIONS = (None, "sum", "prod", "mean", "amax", "amin")
 
 
 def _scatter_meta(a, dim, index, src, *, reduce=None, include_self=True):
-    _check("scatter", a, dim, index)
+    _check("scatter", a, dim, index, INDEX_DTYPES)
     if not is_tensor(src) or src.dtype != a.dtype:
         raise PrimContractError("prims.scatter: src must be a tensor of a's dtype")
     if reduce not in SCATTER_REDUCTIONS:
@@ -99,6 +100,8 @@ def _scatter_meta(a, dim, index, src, *, reduce=None, include_self=True):
 def _scatter_impl(a, dim, index, src, *, reduce=None, include_self=True):
     if reduce is None:
         return torch.scatter(a, dim, index, src)
+    if reduce == "sum" and include_self:
+        return torch.scatter_add(a, dim, index, src)
     return torch.scatter_reduce(a, dim, index, src, reduce, include_self=include_self)
 
 

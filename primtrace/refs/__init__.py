@@ -12,6 +12,8 @@ from primtrace.refs.comparison import *  # noqa: F401,F403
 from primtrace.refs.complex_numbers import *  # noqa: F401,F403
 from primtrace.refs.conversion import *  # noqa: F401,F403
 from primtrace.refs.creation import *  # noqa: F401,F403
+from primtrace.refs.indexing import *  # noqa: F401,F403
+from primtrace.refs.matmul import *  # noqa: F401,F403
 from primtrace.refs.reductions import *  # noqa: F401,F403
 from primtrace.refs.ternary import *  # noqa: F401,F403
 from primtrace.refs.unary import *  # noqa: F401,F403
