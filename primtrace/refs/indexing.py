@@ -13,7 +13,7 @@ import torch
 from primtrace import dtypes, prims
 from primtrace.refs.core import broadcast, broadcast_shapes, exports, is_number, is_tensor, ref
 from primtrace.refs.creation import check_fits
-from primtrace.refs.matmul import declines_out, no_out, require_tensors
+from primtrace.refs.products import declines_out, no_out, require_tensors
 from primtrace.refs.reductions import wrap_dim
 from primtrace.refs.scalars import concrete, scalar_to, type_name
 
