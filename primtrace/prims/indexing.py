@@ -144,6 +144,21 @@ index_fill = _prim("index_fill", _index_fill_meta, torch.index_fill,
                    "A copy of `a` (its memory order kept) with the slices at `index` along "
                    "`dim` set to a number.")
 
+# --- a guard on index values ------------------------------------------------------------------
+def _check_targets_impl(target, size, ignore_index):
+    bad = (target < 0) | (target >= size)
+    if ignore_index is not None:
+        bad &= target != ignore_index
+    if bool(bad.any()):
+        raise IndexError(f"Target {int(target[bad].flatten()[0])} is out of bounds.")
+
+
+check_targets = Symbol(
+    "check_targets", kind=SymbolKind.PRIM, meta=lambda target, size, ignore_index: None,
+    impl=_check_targets_impl, tags=frozenset({"guard"}), module="prims",
+    doc="Raise eager's IndexError for a class index outside [0, size) (other than "
+        "ignore_index): a loss's check of its targets, which are data.")
+
 PRIMS = {s.name: s for s in (index_select, gather, take, scatter, index_add, index_copy,
-                             index_fill)}
+                             index_fill, check_targets)}
 __all__ = list(PRIMS)
