@@ -14,6 +14,7 @@ from primtrace.refs.conversion import *  # noqa: F401,F403
 from primtrace.refs.creation import *  # noqa: F401,F403
 from primtrace.refs.indexing import *  # noqa: F401,F403
 from primtrace.refs.products import *  # noqa: F401,F403
+from primtrace.refs.random import *  # noqa: F401,F403
 from primtrace.refs.norms import *  # noqa: F401,F403
 from primtrace.refs.reductions import *  # noqa: F401,F403
 from primtrace.refs.scans import *  # noqa: F401,F403
