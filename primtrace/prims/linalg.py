@@ -72,8 +72,9 @@ def _matmul_meta(a, b):
     if a.device != b.device:
         raise PrimContractError(f"prims.matmul: operands must share a device, got {a.device} "
                                 f"and {b.device}")
-    if a.dtype is torch.bool or (a.device.type != "cpu" and not (
-            a.dtype.is_floating_point or a.dtype.is_complex)):
+    runs = a.numel() and b.numel()  # eager's kernel does not run (nor refuse) on nothing
+    if runs and (a.dtype is torch.bool or (a.device.type != "cpu" and not (
+            a.dtype.is_floating_point or a.dtype.is_complex))):
         raise NotImplementedError(f"\"matmul\" not implemented for "
                                   f"'{dtypes.scalar_type_name(a.dtype)}'")
     shape = matmul_shape(tuple(a.shape), tuple(b.shape))

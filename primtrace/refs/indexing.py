@@ -13,9 +13,9 @@ import torch
 from primtrace import dtypes, prims
 from primtrace.refs.core import broadcast, broadcast_shapes, exports, is_number, is_tensor, ref
 from primtrace.refs.creation import check_fits
-from primtrace.refs.products import declines_out, no_out, require_tensors
+from primtrace.refs.products import declines_out, kernel_scalar, no_out, require_tensors
 from primtrace.refs.reductions import wrap_dim
-from primtrace.refs.scalars import concrete, scalar_to, type_name
+from primtrace.refs.scalars import concrete, type_name
 
 INDEX_DTYPES = (torch.int32, torch.int64)
 
@@ -48,6 +48,8 @@ def index_select(input, dim, index, *, out=None):
     if input.ndim == 0 and index.numel() != 1:
         raise RuntimeError(f"index_select(): Index to scalar can have only 1 value, got "
                            f"{index.numel()} value(s)")
+    if index.ndim == 0 and input.ndim:  # a 0-d index selects a size-1 slice, as [i]
+        index = prims.broadcast_in_dim(index, (1,), ())
     return prims.index_select(input, d, index)
 
 
@@ -128,7 +130,8 @@ def take_along_dim(input, indices, dim=None, *, out=None):
 
 # --- scatter ---------------------------------------------------------------------------------
 LEGACY_REDUCTIONS = {"add": "sum", "multiply": "prod"}
-REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
+REDUCTIONS = {"sum": "sum", "prod": "prod", "mean": "mean", "amax": "amax", "amin": "amin",
+              "max": "amax", "min": "amin"}  # eager takes max and min too
 
 
 def _scatter_checks(name, input, d, index, src):
@@ -167,7 +170,7 @@ def _scatter(name, input, dim, index, src, reduce, include_self=True):
         if not is_number(src):
             raise TypeError(f"{name}(): argument 'value' must be Number, not {type_name(src)}")
         check_fits(src, input.dtype)
-        src = prims.broadcast_in_dim(prims.full((), scalar_to(src, input.dtype), dtype=input.dtype,
+        src = prims.broadcast_in_dim(prims.full((), kernel_scalar(src, input.dtype), dtype=input.dtype,
                                                 device=input.device), _shape(index), ())
     return prims.scatter(input, d, index, src, reduce=reduce, include_self=include_self)
 
@@ -219,7 +222,8 @@ def scatter_reduce(input, dim, index, src, reduce, *, include_self=True, out=Non
     if reduce not in REDUCTIONS:
         raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, got "
                            f"{reduce}")
-    return _scatter("scatter_reduce", input, dim, index, src, reduce, bool(include_self))
+    return _scatter("scatter_reduce", input, dim, index, src, REDUCTIONS[reduce],
+                    bool(include_self))
 
 
 # --- index_add, index_copy, index_fill -------------------------------------------------------
@@ -285,10 +289,6 @@ def index_add(input, dim, index, source, *, alpha=1, out=None):
     """A copy of input with alpha * source's slices added at index along dim."""
     no_out("index_add", out)
     d = _index_write("index_add", input, dim, index, source)
-    if input.dtype is not torch.bool and not (input.dtype.is_floating_point or input.dtype.is_complex):
-        if isinstance(concrete(alpha), float):
-            raise RuntimeError("For integral input tensors, argument alpha must not be a "
-                               "floating point number.")
     return prims.index_add(input, d, index, source, alpha)
 
 
@@ -325,7 +325,17 @@ def index_fill(input, dim, index, value):
         raise RuntimeError("Index has to be a vector/scalar")
     if not is_number(value):
         raise TypeError(f"index_fill(): argument 'value' must be Number, not {type_name(value)}")
-    return prims.index_fill(input, d, index, scalar_to(value, input.dtype))
+    return prims.index_fill(input, d, index, kernel_scalar(value, input.dtype))
+
+
+# --- torch.embedding: F.embedding's kernel, weight first ---------------------------------------
+@ref
+def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    """weight's rows at `indices` (torch.embedding's argument order; F.embedding's is
+    refs.nn.functional.embedding): shape indices.shape + (embedding_dim,)."""
+    from primtrace.refs.nn.composites import embedding_rows
+    require_tensors("embedding", weight=weight, indices=indices)
+    return embedding_rows(weight, indices)
 
 
 __all__ = exports(globals())

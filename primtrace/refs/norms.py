@@ -93,4 +93,14 @@ def renorm(input, p, dim, maxnorm):
     return prims.mul(input, prims.broadcast_in_dim(factor, tuple(input.shape), (d,)))
 
 
+@ref
+def batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps,
+               cudnn_enabled=True):
+    """torch.batch_norm, F.batch_norm's kernel with its own argument order (weight and bias
+    before the running statistics)."""
+    from primtrace.refs.nn.composites import batch_norm as functional_batch_norm
+    return functional_batch_norm(input, running_mean, running_var, weight, bias, training,
+                                 momentum, eps)
+
+
 __all__ = exports(globals())

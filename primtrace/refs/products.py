@@ -46,9 +46,20 @@ def _require_ndim(message, t, ndim):
         raise RuntimeError(message)
 
 
-def _not_bool(kernel, t):
-    if t.dtype is torch.bool:
+def _not_bool(kernel, t, other=None):
+    """eager's refusal of bool operands, made only when its kernel runs (no operand empty)."""
+    if t.dtype is torch.bool and t.numel() and (other is None or other.numel()):
         raise NotImplementedError(f"\"{kernel}\" not implemented for 'Bool'")
+
+
+def kernel_scalar(value, dtype):
+    """A number as eager's kernel of `dtype` sees it (Scalar.to<T>()): bool and complex
+    dtypes take it as is, others round or truncate (refs.scalars.scalar_to)."""
+    if dtype is torch.bool:
+        return bool(concrete(value))
+    if dtype.is_complex:
+        return complex(concrete(value))
+    return scalar_to(value, dtype)
 
 
 def transpose(t):
@@ -70,7 +81,7 @@ def matmul(input, other, *, out=None):
     if input.dtype != other.dtype:
         raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: "
                            f"{dtypes.c_type_name(input.dtype)} != {dtypes.c_type_name(other.dtype)}")
-    _not_bool("addmm_impl_cpu_", input)
+    _not_bool("addmm_impl_cpu_", input, other)
     return prims.matmul(input, other)
 
 
@@ -80,7 +91,7 @@ def _dot(name, input, other):
     if input.dtype != other.dtype:
         raise RuntimeError(f"{name} : expected both vectors to have same dtype, but found "
                            f"{_short(input.dtype)} and {_short(other.dtype)}")
-    _not_bool(name, input)
+    _not_bool(name, input, other)
     return prims.matmul(input, other)
 
 
@@ -116,7 +127,7 @@ def _mm(message, a, b):
     if a.dtype != b.dtype:
         raise RuntimeError(f"{message}, but got: {dtypes.c_type_name(a.dtype)} != "
                            f"{dtypes.c_type_name(b.dtype)}")
-    _not_bool("addmm_impl_cpu_", a)
+    _not_bool("addmm_impl_cpu_", a, b)
     return prims.matmul(a, b)
 
 
@@ -128,7 +139,7 @@ def _check_bmm(a, b, names=("batch1", "batch2")):
                            f"[{a.shape[0]}, {a.shape[2]}] but got: [{b.shape[0]}, {b.shape[1]}].")
     if a.dtype != b.dtype:
         raise RuntimeError(f"expected scalar type {_short(a.dtype)} but found {_short(b.dtype)}")
-    _not_bool("bmm", a)
+    _not_bool("bmm", a, b)
 
 
 @ref(declines=declines_out)
@@ -151,7 +162,7 @@ def _check_mv(input, mat, vec):
     if not first == mat.dtype == vec.dtype:
         raise RuntimeError(f"addmv input tensors must have the same dtype, but got "
                            f"{_short(first)}, {_short(mat.dtype)}, and {_short(vec.dtype)}")
-    _not_bool("addmv_impl_cpu", mat)
+    _not_bool("addmv_impl_cpu", mat, vec)
 
 
 @ref(declines=declines_out)
@@ -177,7 +188,7 @@ def inner(input, other, *, out=None):
                            f"got shapes {list(input.shape)} and {list(other.shape)}")
     if input.dtype != other.dtype:
         raise RuntimeError("both inputs should have same dtype")
-    _not_bool("dot", input)
+    _not_bool("dot", input, other)
     if other.ndim <= 2:
         return prims.matmul(input, transpose(other))
     # no reshape prim yet: the products broadcast over both leading shapes, then summed
@@ -212,7 +223,7 @@ def scaled_sum(input, product_of, operands, beta, alpha, shape, dtype):
     float32), as eager's CPU gemm accumulates."""
     computation = dtypes.opmath(dtype)
     y = product_of(*maybe_convert(tuple(operands), computation))
-    alpha_v, beta_v = scalar_to(alpha, dtype), scalar_to(beta, dtype)
+    alpha_v, beta_v = kernel_scalar(alpha, dtype), kernel_scalar(beta, dtype)
     if concrete(alpha_v) != 1:
         y = prims.mul(y, alpha_v)
     if concrete(beta_v) != 0:
@@ -251,7 +262,7 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1, out=None):
     if input.dtype != mat2.dtype:
         raise RuntimeError(f"self and mat2 must have the same dtype, but got "
                            f"{_short(input.dtype)} and {_short(mat2.dtype)}")
-    _not_bool("addmm_impl_cpu_", mat1)
+    _not_bool("addmm_impl_cpu_", mat1, mat2)
     shape = (mat1.shape[0], mat2.shape[1])
     _check_input_shape(input, shape)
     return scaled_sum(input, prims.matmul, (mat1, mat2), beta, alpha, shape, mat1.dtype)
@@ -313,7 +324,7 @@ def addr(input, vec1, vec2, *, beta=1, alpha=1, out=None):
     from primtrace.refs.promotion import DEFAULT, elementwise_dtypes
     _, dtype = elementwise_dtypes(input, vec1, vec2, type_promotion_kind=DEFAULT)
     for pname, v in (("beta", beta), ("alpha", alpha)):
-        if dtype is torch.bool and type(concrete(v)) is not bool:
+        if dtype is not torch.bool and type(concrete(v)) is bool:
             raise RuntimeError(f"Boolean {pname} only supported for Boolean results.")
         if not (dtype.is_floating_point or dtype.is_complex) and isinstance(concrete(v), float):
             raise RuntimeError(f"For integral input tensors, argument {pname} must not be a "
@@ -330,9 +341,9 @@ def addr(input, vec1, vec2, *, beta=1, alpha=1, out=None):
         return prims.bitwise_or(x, product) if concrete(beta) else product
     y = prims.mul(u, v)
     if concrete(alpha) != 1:
-        y = prims.mul(y, scalar_to(alpha, computation))
+        y = prims.mul(y, kernel_scalar(alpha, computation))
     if concrete(beta) != 0:
-        y = prims.add(x if concrete(beta) == 1 else prims.mul(x, scalar_to(beta, computation)), y)
+        y = prims.add(x if concrete(beta) == 1 else prims.mul(x, kernel_scalar(beta, computation)), y)
     return maybe_convert(y, dtype)
 
 

@@ -129,14 +129,13 @@ def _bernoulli_declines(input, p=None, *, generator=None, out=None) -> bool:
 
 @ref(declines=_bernoulli_declines)
 def bernoulli(input, p=None, *, generator=None, out=None):
-    """bernoulli(input, p): 0/1 draws with probability p, shaped and laid out like input
-    (a tensor of probabilities, p None, is declined)."""
+    """bernoulli(input, p): 0/1 draws with probability p, of input's shape and dtype,
+    contiguous (a tensor of probabilities, p None, is declined)."""
     _refuse("bernoulli", generator, out)
     if p is None or is_tensor(p):
         raise NotImplementedError("primtrace: bernoulli of a probability tensor has no ref; "
                                   "torch runs it")
-    return _draw(prims.bernoulli, input.shape, p, dtype=input.dtype, device=input.device,
-                 strides=_like_strides(input))
+    return _draw(prims.bernoulli, input.shape, p, dtype=input.dtype, device=input.device)
 
 
 # --- in-place fills --------------------------------------------------------------------------

@@ -41,18 +41,39 @@ def _scan(name, prim, input, dim, dtype):
     return prim(x, d)
 
 
-@ref(inplace=True, declines=declines_out)
+@ref(declines=declines_out)
 def cumsum(input, dim, *, dtype=None, out=None):
     """The running sum along dim, in `dtype` (int64 for bool and integer inputs by default)."""
     no_out("cumsum", out)
     return _scan("cumsum", prims.cumsum, input, dim, dtype)
 
 
-@ref(inplace=True, declines=declines_out)
+@ref(declines=declines_out)
 def cumprod(input, dim, *, dtype=None, out=None):
     """The running product along dim, in `dtype` (int64 for bool and integers by default)."""
     no_out("cumprod", out)
     return _scan("cumprod", prims.cumprod, input, dim, dtype)
+
+
+def _scan_into(name, scan, input, dim, dtype):
+    """x.cumsum_(dim): the scan computed in self's dtype (wrapping as eager's), written back."""
+    from primtrace.refs.out import copy_to_self
+    require_tensors(name, input=input)
+    if input.dtype is torch.bool:
+        raise NotImplementedError(f"\"{name[:-1]}_out_cpu\" not implemented for 'Bool'")
+    return copy_to_self(input, scan(input, dim, dtype=dtype or input.dtype))
+
+
+@ref
+def cumsum_(input, dim, *, dtype=None):
+    """In-place cumsum: scanned in self's dtype."""
+    return _scan_into("cumsum_", cumsum, input, dim, dtype)
+
+
+@ref
+def cumprod_(input, dim, *, dtype=None):
+    """In-place cumprod: scanned in self's dtype."""
+    return _scan_into("cumprod_", cumprod, input, dim, dtype)
 
 
 # --- argmax, argmin --------------------------------------------------------------------------
