@@ -104,7 +104,7 @@ def _matrix_dims(name, A, dim):
     if not isinstance(dim, (tuple, list)) or len(dim) != 2:
         raise RuntimeError(f"{name}: dim must be a 2-tuple. Got "
                            f"{' '.join(str(d) for d in (dim if isinstance(dim, (tuple, list)) else [dim]))}")
-    d0, d1 = (wrap_dim(int(d), A.ndim) for d in dim)
+    d0, d1 = (wrap_dim(int(concrete(d)), A.ndim) for d in dim)
     if d0 == d1:
         raise RuntimeError(f"{name}: dims must be different. Got ({dim[0]}, {dim[1]})")
     return d0, d1

@@ -375,7 +375,7 @@ def cross_product(name, input, other, dim):
     if input.ndim != other.ndim:
         raise RuntimeError(f"{name}: inputs must have the same number of dimensions.")
     shape = broadcast_shapes(tuple(input.shape), tuple(other.shape))
-    d = wrap_dim(dim, len(shape))
+    d = wrap_dim(int(concrete(dim)), len(shape))
     if input.shape[d] != 3 or other.shape[d] != 3:
         raise RuntimeError(f"{name}: inputs dimension {dim} must have length 3. Got "
                            f"{input.shape[d]} and {other.shape[d]}")

@@ -47,13 +47,16 @@ def _contiguous(t) -> bool:
 # --- linear, embedding, glu ------------------------------------------------------------------
 @ref(module=MODULE)
 def linear(input, weight, bias=None):
-    """input @ weight.T + bias (eager: addmm for 2-d and contiguous 3-d inputs with a bias)."""
+    """input @ weight.T + bias (eager: addmm for 2-d and most contiguous inputs with a bias,
+    else matmul, then the bias added)."""
     _tensors("linear", input=input, weight=weight)
     if input.ndim == 0 or weight.ndim == 0:
         raise RuntimeError(f"both arguments to linear need to be at least 1D, but they are "
                            f"{input.ndim}D and {weight.ndim}D")
     w = P.transpose(weight)
-    fused = bias is not None and (input.ndim == 2 or (input.ndim == 3 and _contiguous(input)))
+    # eager's fused addmm path: 2-d inputs, and contiguous ones (3-d, or with a 1-d bias)
+    fused = bias is not None and (input.ndim == 2 or _contiguous(input) and (
+        input.ndim == 3 or bias.ndim == 1))
     if fused and weight.ndim == 2:
         if input.dtype != weight.dtype:
             raise RuntimeError(f"mat1 and mat2 must have the same dtype, but got "
@@ -64,7 +67,7 @@ def linear(input, weight, bias=None):
                                f"{dtypes.scalar_type_name(bias.dtype)} and "
                                f"{dtypes.scalar_type_name(weight.dtype)}")
         if input.shape[-1] != weight.shape[1]:
-            rows = input.shape[0] * (input.shape[1] if input.ndim == 3 else 1)
+            rows = math.prod(input.shape[:-1])
             raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({rows}x"
                                f"{input.shape[-1]} and {weight.shape[1]}x{weight.shape[0]})")
         P._not_bool("addmm_impl_cpu_", input)
