@@ -184,8 +184,10 @@ def _noisy(input, p, alpha, feature):
     else:
         noise_shape = shape
         strides = prims.elementwise_strides(shape, [tuple(input.stride())])
-    noise = prims.bernoulli(noise_shape, 1 - p, dtype=input.dtype, device=input.device,
-                            strides=strides)
+    from primtrace.refs.creation import as_nodes
+    with as_nodes():  # a node that draws on every call, never a trace-time constant
+        noise = prims.bernoulli(noise_shape, 1 - p, dtype=input.dtype, device=input.device,
+                                strides=strides)
     b = None
     if alpha:
         a = 1.0 / math.sqrt((ALPHA * ALPHA * p + 1) * (1 - p))
