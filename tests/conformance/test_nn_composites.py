@@ -100,6 +100,10 @@ def _sdpa_samples(spec):
     yield SampleInput((q, k, v), {"is_causal": True}, "causal, L < S")
     yield SampleInput((q, k.double(), v), {}, "dtypes")
     yield SampleInput((q, k, v), {"attn_mask": t((5, 7), torch.bool), "is_causal": True}, "mask and causal")
+    masked = t((5, 7), torch.bool, 4)
+    masked[1] = False
+    yield SampleInput((q, k, v), {"attn_mask": masked}, "a row masked everywhere")
+    yield SampleInput((q, t((3, 0, 8)), t((3, 0, 4))), {}, "no keys")
     yield SampleInput((t((3, 5, 8), torch.int64), t((3, 7, 8), torch.int64), t((3, 7, 4), torch.int64)), {},
                       "int64")
 

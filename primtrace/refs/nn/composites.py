@@ -238,7 +238,8 @@ def _sdpa_declines(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=F
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
                                  is_causal=False, scale=None, enable_gqa=False):
     """softmax(q @ k^T * scale + mask) @ v, in the opmath dtype, rounded once; scale defaults
-    to 1/sqrt(E); a bool mask keeps where True; is_causal keeps j <= i."""
+    to 1/sqrt(E); a bool mask keeps where True; is_causal keeps j <= i; a row masked
+    everywhere gives zeros (eager's safe softmax)."""
     _tensors("scaled_dot_product_attention", query=query, key=key, value=value)
     if dropout_p or enable_gqa:
         raise NotImplementedError("primtrace: scaled_dot_product_attention with dropout_p > 0 or "
@@ -281,9 +282,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if m is None:
         weights = scores
     else:
-        shifted = prims.sub(scores, prims.broadcast_in_dim(m, shape, kept))
-        exp = prims.exp(shifted)
+        m_b = prims.broadcast_in_dim(m, shape, kept)
+        exp = prims.exp(prims.sub(scores, m_b))
         weights = prims.div(exp, prims.broadcast_in_dim(prims.sum(exp, dims), shape, kept))
+        # eager's safe softmax: a row masked everywhere (all -inf) attends to nothing
+        weights = prims.where(prims.eq(m_b, -math.inf), 0.0, weights)
     return maybe_convert(prims.matmul(weights, v), query.dtype)
 
 
