@@ -82,6 +82,8 @@ EXAMPLES = {
     **dict.fromkeys(("index_add", "index_add_", "index_copy", "index_copy_"),
                     [T((2, 3)), 0, T((2,), torch.int64), T((2, 3))]),
     **dict.fromkeys(("index_fill", "index_fill_"), [T((2, 3)), 0, T((2,), torch.int64), 0.5]),
+    "native_layer_norm": [T((2, 3)), (3,), T((3,)), T((3,)), 1e-5],
+    "native_group_norm": [T((2, 4, 3)), T((4,)), T((4,)), 2, 4, 3, 2, 1e-5],
 }
 
 

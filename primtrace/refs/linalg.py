@@ -16,7 +16,7 @@ import torch
 
 from primtrace import dtypes, prims
 from primtrace.refs import products as M
-from primtrace.refs.core import broadcast, broadcast_shapes, exports, is_tensor, maybe_convert, ref
+from primtrace.refs.core import exports, is_tensor, maybe_convert, ref
 from primtrace.refs.reductions import keep_dims, reduction_dims, wrap_dim
 from primtrace.refs.scalars import concrete, type_name
 
@@ -164,10 +164,9 @@ def norm(A, ord=None, dim=None, keepdim=False, *, dtype=None, out=None):
     if dim is not None and len(dim) == 2:
         return matrix_norm_of("linalg.matrix_norm", A, "fro" if ord is None else ord, dim,
                               keepdim, dtype)
-    if isinstance(ord, str):
-        raise RuntimeError(f"linalg.norm: If dim is specified, it must be of length 1 or 2. "
-                           f"Got {list(dim or ())}" if dim is None or len(dim) != 1 else
-                           "linalg.vector_norm: ord must be a number")
+    if isinstance(ord, str):  # a matrix norm's name with a vector's dim
+        raise RuntimeError(f"linalg.matrix_norm: dim must be a 2-tuple. Got "
+                           f"{' '.join(str(d) for d in (dim or ()))}")
     return vector_norm_of("linalg.vector_norm", A, 2 if ord is None else ord, dim, keepdim,
                           dtype)
 

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import math
 
-import torch
-
 from primtrace import dtypes, prims
 from primtrace.refs import linalg as L
 from primtrace.refs import products as M
-from primtrace.refs.core import broadcast, exports, is_tensor, maybe_convert, ref
+from primtrace.refs.core import exports, is_tensor, maybe_convert, ref
 from primtrace.refs.reductions import keep_dims, reduction_dims, wrap_dim
-from primtrace.refs.scalars import concrete, type_name
+from primtrace.refs.scalars import concrete
 
 
 def _complex_declines(input, *args, **kwargs) -> bool:
@@ -101,6 +99,33 @@ def batch_norm(input, weight, bias, running_mean, running_var, training, momentu
     from primtrace.refs.nn.composites import batch_norm as functional_batch_norm
     return functional_batch_norm(input, running_mean, running_var, weight, bias, training,
                                  momentum, eps)
+
+
+@ref
+def native_layer_norm(input, normalized_shape, weight, bias, eps):
+    """(layer_norm(...), mean, rstd): the statistics over the normalized dims, kept as
+    size-1 dims, in the input's dtype."""
+    from primtrace.refs.nn.softmax_norms import _normalized_dims, layer_norm
+    y = layer_norm(input, normalized_shape, weight, bias, eps)
+    dims = _normalized_dims("layer_norm", input, normalized_shape, weight, bias)
+    x = maybe_convert(input, dtypes.opmath(input.dtype))
+    count = math.prod(x.shape[d] for d in dims)
+    mean = prims.div(prims.sum(x, dims), float(count))
+    rstd = prims.rsqrt(prims.add(prims.var(x, dims, correction=0), float(concrete(eps))))
+    return (y, *(maybe_convert(keep_dims(s, x, dims, True), input.dtype) for s in (mean, rstd)))
+
+
+@ref
+def native_group_norm(input, weight, bias, N, C, HxW, group, eps):
+    """(group_norm(...), mean, rstd): the statistics of shape (N, group) in the input's dtype."""
+    from primtrace.refs.nn.composites import group_norm_parts
+    M.require_tensors("native_group_norm", input=input)
+    if input.ndim < 2 or input.shape[0] != N or input.shape[1] != C or \
+            input.numel() != N * C * HxW:
+        raise RuntimeError(f"Expected input to have {N * C * HxW} elements (N={N}, C={C}, "
+                           f"HxW={HxW}), got {list(input.shape)}")
+    y, mean, rstd = group_norm_parts(input, int(concrete(group)), weight, bias, eps)
+    return y, maybe_convert(mean, input.dtype), maybe_convert(rstd, input.dtype)
 
 
 __all__ = exports(globals())

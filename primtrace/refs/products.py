@@ -194,7 +194,7 @@ def inner(input, other, *, out=None):
     # no reshape prim yet: the products broadcast over both leading shapes, then summed
     lead_a, lead_b = tuple(input.shape[:-1]), tuple(other.shape[:-1])
     shape = (*lead_a, *lead_b, input.shape[-1])
-    n_a, n_b = len(lead_a), len(lead_b)
+    n_a = len(lead_a)
     x = prims.broadcast_in_dim(input, shape, (*range(n_a), len(shape) - 1))
     y = prims.broadcast_in_dim(other, shape, tuple(range(n_a, len(shape))))
     computation = dtypes.opmath(input.dtype)

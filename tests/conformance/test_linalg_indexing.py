@@ -16,7 +16,7 @@ import primtrace
 from primtrace import refs
 from primtrace.refs import linalg as RL
 from primtrace.tracer import mapping
-from tests.conformance.binary_helpers import inplace, inplace_spec
+from tests.conformance.binary_helpers import inplace_spec
 from tests.conformance.harness import (ALL_DTYPES, OpSpec, SampleInput, check_sample, make_tensor,
                                        run_conformance, with_specials)
 
@@ -413,7 +413,6 @@ def _index_write_samples(spec, kind):
 
 
 def _embedding_samples(spec):
-    import torch.nn.functional as F  # noqa: F401
     w = t((6, 4))
     for k, dtype in enumerate(FLOAT_COMPLEX + (torch.int64,)):
         yield SampleInput((_index([[0, 5], [2, 2]]), t((6, 3), dtype, k)), {}, _name(dtype))
@@ -497,6 +496,17 @@ INPLACE_SPECS = [
 @pytest.mark.parametrize("spec", SPECS + INPLACE_SPECS, ids=str)
 def test_conformance(spec):
     run_conformance(spec)
+
+
+FUSED = ["addmm", "addr", "cross", "linalg.vector_norm", "linalg.matrix_norm", "logsumexp",
+         "renorm", "bucketize"]
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("name", FUSED)
+def test_fused_slice(name):
+    from tests.conformance.test_nn_composites import fused_slice
+    fused_slice(next(s for s in SPECS if s.name == name), 6)
 
 
 # --- mapping, tracing, jit ------------------------------------------------------------------------

@@ -18,8 +18,8 @@ import primtrace
 from primtrace import refs
 from primtrace.refs.nn import functional as RF
 from primtrace.tracer import mapping
-from tests.conformance.harness import (ALL_DTYPES, OpSpec, SampleInput, check_sample, make_tensor,
-                                       run_conformance, with_specials)
+from tests.conformance.harness import (OpSpec, SampleInput, check_sample, make_tensor,
+                                       run_conformance, samples, with_specials)
 
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 OTHERS = (torch.int64, torch.bool, torch.complex64)
@@ -142,9 +142,29 @@ def _group_norm_samples(spec):
     yield SampleInput((t((2, 6, 5), domain=(90.0, 110.0)), 3), {}, "large mean")
     yield SampleInput((torch.empty(0, 6, 2), 3), {}, "empty")
     yield SampleInput((x, 4), {}, "indivisible")
+    yield SampleInput((t((1, 2)), 2), {}, "one value per group")
     yield SampleInput((x, 3, t((5,))), {}, "weight size")
     yield SampleInput((t((6,)), 3), {}, "1-d")
     yield SampleInput((t((2, 6, 5), torch.int64), 3), {}, "int64")
+
+
+def _native_layer_norm_samples(spec):
+    for i, dtype in enumerate(FLOATS):
+        x = t((2, 3, 4), dtype, i)
+        yield SampleInput((x, (4,), t((4,), dtype, 1), t((4,), dtype, 2), 1e-5), {}, _name(dtype))
+        yield SampleInput((x, (3, 4), None, None, 1e-3), {}, f"{_name(dtype)} 2 dims")
+    yield SampleInput((t((4, 3)).t(), (4,), None, None, 1e-5), {}, "transposed")
+    yield SampleInput((torch.empty(0, 4), (4,), None, None, 1e-5), {}, "empty")
+    yield SampleInput((t((2, 3)), (4,), None, None, 1e-5), {}, "shape")
+
+
+def _native_group_norm_samples(spec):
+    for i, dtype in enumerate(FLOATS):
+        x = t((2, 6, 5), dtype, i)
+        yield SampleInput((x, None, None, 2, 6, 5, 3, 1e-5), {}, _name(dtype))
+        yield SampleInput((x, t((6,), dtype, 1), t((6,), dtype, 2), 2, 6, 5, 2, 1e-3), {},
+                          f"{_name(dtype)} affine")
+    yield SampleInput((t((2, 6, 5)), None, None, 2, 6, 5, 4, 1e-5), {}, "indivisible")
 
 
 # --- distances ----------------------------------------------------------------------------------
@@ -254,6 +274,8 @@ SPECS = [
     spec("scaled_dot_product_attention", _sdpa_samples),
     spec("batch_norm", _batch_norm_samples),
     spec("group_norm", _group_norm_samples),
+    spec("native_layer_norm", _native_layer_norm_samples, refs.native_layer_norm, torch.native_layer_norm),
+    spec("native_group_norm", _native_group_norm_samples, refs.native_group_norm, torch.native_group_norm),
     spec("cosine_similarity", _distance_samples),
     spec("pairwise_distance", _distance_samples),
     spec("nll_loss", _class_samples),
@@ -269,6 +291,29 @@ SPECS = [
 @pytest.mark.parametrize("spec", SPECS, ids=str)
 def test_conformance(spec):
     run_conformance(spec)
+
+
+def fused_slice(spec, count):
+    """Every k-th sample of `spec` through jit with the default executors (Numba fusion
+    first; test_jit_conformance runs every sample with the torch executor)."""
+    jfn = primtrace.jit(spec.torch_fn)
+    every = list(samples(spec))
+    failures = []
+    for sample in every[::max(1, len(every) // count)]:
+        problem = check_sample(jfn, spec.torch_fn, sample, spec.rtol_scale)
+        if problem:
+            failures.append(f"[{sample.desc}] {problem}")
+    assert not failures, "\n".join(failures[:5])
+
+
+FUSED = ["linear", "glu", "scaled_dot_product_attention", "batch_norm", "group_norm",
+         "cosine_similarity", "nll_loss", "cross_entropy"]
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("name", FUSED)
+def test_fused_slice(name):
+    fused_slice(next(s for s in SPECS if s.name == name), 6)
 
 
 # --- state, names, jit ----------------------------------------------------------------------------

@@ -12,13 +12,11 @@ term. The legacy size_average/reduce arguments are declined (torch runs such cal
 """
 from __future__ import annotations
 
-import warnings
-
 import torch
 
 from primtrace import dtypes, prims
 from primtrace.refs import reductions as R
-from primtrace.refs.core import broadcast, broadcast_shapes, exports, is_tensor, maybe_convert, ref
+from primtrace.refs.core import exports, is_tensor, maybe_convert, ref
 from primtrace.refs.scalars import concrete, type_name
 
 MODULE = "refs.nn.functional"
@@ -65,7 +63,7 @@ def _nll_checks(input, target, weight):
     if tuple(target.shape) != expected:
         raise RuntimeError(f"expected target of shape {list(expected)}, got "
                            f"{list(target.shape)}" if input.ndim > 2 else
-                           f"0D or 1D target tensor expected, multi-target not supported")
+                           "0D or 1D target tensor expected, multi-target not supported")
     classes = input.shape[1] if input.ndim > 1 else input.shape[0]
     if weight is not None:
         if weight.ndim != 1 or weight.shape[0] != classes:

@@ -371,6 +371,15 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
         raise RuntimeError(f"Expected at least 2 dimensions for input tensor but received "
                            f"{input.ndim}")
     groups = int(concrete(num_groups))
+    if groups > 0 and (input.shape[0] * input.shape[1] // groups) * math.prod(input.shape[2:]) == 1:
+        raise ValueError(f"Expected more than 1 value per channel when training, got input size "
+                         f"{[input.shape[0] * input.shape[1] // groups, groups, *input.shape[2:]]}")
+    return group_norm_parts(input, groups, weight, bias, eps)[0]
+
+
+def group_norm_parts(input, groups, weight, bias, eps):
+    """(y, mean, rstd) of group_norm, the statistics of shape (N, groups) in the opmath
+    dtype (torch.native_group_norm's three results, before rounding)."""
     n, c = input.shape[0], input.shape[1]
     if groups <= 0 or c % groups:
         raise RuntimeError(f"Expected number of channels in input to be divisible by num_groups, "
@@ -386,7 +395,8 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     computation = dtypes.opmath(input.dtype)
     x = maybe_convert(input, computation)
     if x.numel() == 0:
-        return maybe_convert(x, input.dtype)
+        stats = prims.full((n, groups), math.nan, dtype=computation, device=x.device)
+        return maybe_convert(x, input.dtype), stats, stats
     per = c // groups
     device = x.device
     # the channels of each group side by side: x[:, index] has dims (N, G, C/G, ...)
@@ -399,19 +409,19 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     count = grouped.numel() // (n * groups)
     mean = prims.div(prims.sum(grouped, dims), float(count))
     invstd = prims.rsqrt(prims.add(prims.var(grouped, dims, correction=0), float(concrete(eps))))
-    group_of = prims.iota(c, start=0, step=1, dtype=torch.int64, device=device)
-    group_of = prims.div(group_of, per)
-    mean_c = prims.index_select(mean, 1, group_of)       # (N, C)
-    invstd_c = prims.index_select(invstd, 1, group_of)
+    group_of = prims.div(prims.iota(c, start=0, step=1, dtype=torch.int64, device=device), per)
     shape = tuple(x.shape)
-    as_x = lambda t: prims.broadcast_in_dim(t, shape, (0, 1))  # noqa: E731
-    alpha = as_x(invstd_c)
+
+    def per_channel(stat):  # (N, G) -> (N, C) -> x's shape
+        return prims.broadcast_in_dim(prims.index_select(stat, 1, group_of), shape, (0, 1))
+    alpha = per_channel(invstd)
     if weight is not None:
         alpha = prims.mul(alpha, _channel(weight, x, computation))
-    beta = prims.neg(prims.mul(as_x(mean_c), alpha))
+    beta = prims.neg(prims.mul(per_channel(mean), alpha))
     if bias is not None:
         beta = prims.add(beta, _channel(bias, x, computation))
-    return maybe_convert(prims.add(prims.mul(x, alpha), beta), input.dtype)
+    y = maybe_convert(prims.add(prims.mul(x, alpha), beta), input.dtype)
+    return y, mean, invstd
 
 
 # --- distances -------------------------------------------------------------------------------
