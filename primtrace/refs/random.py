@@ -5,6 +5,8 @@ Each is one random prim (``prims.random``), which runs eager's own fill on a ten
 as eager lays out its result, from torch's default generator: under one seed the refs draw
 eager's numbers for every call here, except the in-place fills of a non-dense tensor (a
 slice: the fill runs on a dense tensor, then is copied in) and normal_ on such a tensor.
+(Checked on the CPU; on CUDA the fills are eager's own calls too, but F.dropout there is a
+fused kernel whose draws differ from refs.nn.functional.dropout's.)
 A ``generator=`` argument, out=, requires_grad=True and a probability tensor (bernoulli of
 a tensor, bernoulli_(p=tensor)) are declined: torch runs those calls. The parameter checks
 (uniform_'s from <= to...) are the fills' own: a trace raises them when it runs.

@@ -1,6 +1,6 @@
 """Conformance of the composite nn refs (refs.nn.composites: linear, glu, dropouts in eval
 mode and at p 0 and 1, scaled_dot_product_attention, batch_norm, group_norm,
-cosine_similarity, pairwise_distance; refs.nn.classification: nll_loss, cross_entropy and the
+cosine_similarity, pairwise_distance, pdist; refs.nn.classification: nll_loss, cross_entropy and the
 ranking losses) against eager: float dtypes (and eager's refusals of the others), odd
 layouts, empty and 0-d inputs, negative dims, argument errors. tests/tracer/
 test_jit_conformance.py runs these SPECS through ``primtrace.jit``. Below: batch_norm's
@@ -185,6 +185,19 @@ def _distance_samples(spec):
         yield SampleInput((x, y), {"p": 0.5}, "p 0.5")
 
 
+def _pdist_samples(spec):
+    for i, dtype in enumerate(FLOATS + (torch.int64, torch.complex64)):
+        yield SampleInput((t((5, 3), dtype, i),), {}, _name(dtype))
+    x = t((6, 4))
+    for p in (1, 0, 3, 0.5, math.inf, -1):
+        yield SampleInput((x, p), {}, f"p={p}")
+    yield SampleInput((t((4, 6), layout="transposed"),), {}, "transposed")
+    yield SampleInput((with_specials(t((4, 3))),), {}, "specials")
+    yield SampleInput((t((1, 3)),), {}, "one row")
+    yield SampleInput((torch.empty(0, 3),), {}, "empty")
+    yield SampleInput((t((2, 3, 4)),), {}, "3-d")
+
+
 # --- losses ------------------------------------------------------------------------------------
 REDUCTIONS = ("mean", "sum", "none")
 
@@ -278,6 +291,7 @@ SPECS = [
     spec("native_group_norm", _native_group_norm_samples, refs.native_group_norm, torch.native_group_norm),
     spec("cosine_similarity", _distance_samples),
     spec("pairwise_distance", _distance_samples),
+    spec("pdist", _pdist_samples),
     spec("nll_loss", _class_samples),
     spec("cross_entropy", _class_samples),
     spec("margin_ranking_loss", _ranking_samples),
@@ -353,7 +367,7 @@ TORCH_NAMES = [
     (F.scaled_dot_product_attention, RF.scaled_dot_product_attention),
     (F.batch_norm, RF.batch_norm), (torch.batch_norm, refs.batch_norm), (F.group_norm, RF.group_norm),
     (torch.group_norm, RF.group_norm), (F.cosine_similarity, RF.cosine_similarity),
-    (F.pairwise_distance, RF.pairwise_distance), (F.nll_loss, RF.nll_loss),
+    (F.pairwise_distance, RF.pairwise_distance), (torch.pdist, RF.pdist), (F.nll_loss, RF.nll_loss),
     (F.cross_entropy, RF.cross_entropy), (F.poisson_nll_loss, RF.poisson_nll_loss),
     (F.hinge_embedding_loss, RF.hinge_embedding_loss), (F.margin_ranking_loss, RF.margin_ranking_loss),
     (F.triplet_margin_loss, RF.triplet_margin_loss),

@@ -1,6 +1,6 @@
 """The random refs (refs.random) and the dropouts in training against eager.
 
-Same numbers as eager under one seed (``torch.manual_seed``): rand, randn, rand_like,
+Same numbers as eager under one seed (``torch.manual_seed``), on the CPU: rand, randn, rand_like,
 randn_like, normal (numbers and tensors), bernoulli(input, p), the in-place fills uniform_,
 normal_, bernoulli_, exponential_, cauchy_, geometric_, log_normal_ on dense tensors, and
 dropout, alpha_dropout, feature_alpha_dropout and feature_dropout in training, called

@@ -1,13 +1,14 @@
 """torch.nn.functional's composite layers: linear, embedding, glu, the dropouts,
-scaled_dot_product_attention, batch_norm, group_norm, cosine_similarity and
-pairwise_distance (exported by ``refs.nn.functional``; torch.<name> finds the ones whose
-torch signature is F's).
+scaled_dot_product_attention, batch_norm, group_norm, cosine_similarity, pairwise_distance
+and pdist (exported by ``refs.nn.functional``; torch.<name> finds the ones whose torch
+signature is F's).
 
 Each follows eager's decomposition: linear is addmm for a 2-d input with a bias (float16/
 bfloat16 computed in float32, rounded once), else matmul then the bias added; embedding is
 one ``prims.index_select`` of rows (padding_idx only matters to gradients); the dropouts
 draw their noise as eager does (``prims.bernoulli`` on torch's generator, in the input's
-memory order, so a seed gives eager's mask) and return input itself when not training;
+memory order, so on the CPU a seed gives eager's mask; eager's CUDA dropout is a fused
+kernel with its own draws) and return input itself when not training;
 scaled_dot_product_attention is q @ k^T * scale, masked, softmax, @ v in the opmath dtype
 (dropout_p > 0 and enable_gqa are declined); the norms compute their statistics in the
 opmath dtype with eager's scale-and-shift form, and batch_norm in training updates the
@@ -436,6 +437,46 @@ def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
     if ndim == 0:
         return refs.abs(diff)
     return vector_norm_of("linalg.vector_norm", diff, p, ndim - 1, keepdim, None)
+
+
+def _upper_pairs(n, device):
+    """The flat indices i * n + j of the pairs i < j of an n x n matrix, in row-major order,
+    built from prims (no reshape): a running count of the pairs places each one."""
+    pairs = n * (n - 1) // 2
+    k = prims.iota(n * n, start=0, step=1, dtype=torch.int64, device=device)
+    upper = prims.gt(prims.remainder(k, n), prims.div(k, n))
+    slot = prims.sub(prims.cumsum(prims.convert_element_type(upper, torch.int64), 0), 1)
+    slot = prims.where(upper, slot, pairs)  # the other positions land past the end
+    placed = prims.scatter(prims.full((pairs + 1,), 0, dtype=torch.int64, device=device), 0,
+                           slot, k)
+    return prims.index_select(placed, 0, prims.iota(pairs, start=0, step=1, dtype=torch.int64,
+                                                    device=device))
+
+
+@ref(module=MODULE)
+def pdist(input, p=2):
+    """The p-norm distances between the rows of a matrix, for each pair i < j in row-major
+    order (n * (n - 1) / 2 values)."""
+    from primtrace.refs.linalg import p_norm
+    _tensors("pdist", input=input)
+    if input.ndim != 2:
+        raise RuntimeError(f"pdist only supports 2D tensors, got: {input.ndim}D")
+    if not input.dtype.is_floating_point:
+        raise RuntimeError("pdist only supports floating-point dtypes")
+    p = float(concrete(p))
+    if p < 0:
+        raise RuntimeError("pdist only supports non-negative p values")
+    if input.dtype in (torch.float16, torch.bfloat16):
+        raise NotImplementedError(f"\"pdist\" not implemented for "
+                                  f"'{dtypes.scalar_type_name(input.dtype)}'")
+    n, m = input.shape
+    if n < 2:
+        return prims.full((0,), 0, dtype=input.dtype, device=input.device)
+    shape = (n, n, m)
+    diff = prims.sub(prims.broadcast_in_dim(input, shape, (0, 2)),
+                     prims.broadcast_in_dim(input, shape, (1, 2)))
+    distances = p_norm(diff, (2,), p, input.dtype)
+    return prims.take(distances, _upper_pairs(n, input.device))
 
 
 @ref(module=MODULE)
