@@ -82,7 +82,7 @@ def _tensor_guards(args: tuple, kwargs: dict):
     if _TensorGuards is None or kwargs or not args or any(type(x) is not _Tensor for x in args):
         return None
     guards = _TensorGuards(*args, dynamic_dims_sizes=None, dynamic_dims_strides=None)
-    return guards.check, _is_grad_enabled(), _get_default_dtype(), len(args)
+    return guards.check, _is_grad_enabled(), _get_default_dtype()
 
 
 class _Guarded:
@@ -166,19 +166,73 @@ def _size(entry) -> int:
     return len(entry.variants) if entry.__class__ is _Guarded else 1
 
 
-class JitFunction:
+def _hit_path():
+    """(call, remember): the function a call of a JitFunction runs first, and how to point
+    it at a compiled entry.
+
+    `call` checks the entry the last call used (torch's C++ TensorGuards over the example
+    arguments, with the grad mode and default dtype) and runs it; anything else goes to
+    ``slow``. The entry lives in one closure cell holding a tuple, so swapping it is atomic
+    and reading it is the cheapest lookup Python has: this path is all that a cached call
+    of a small op costs on top of the op (~0.2 us)."""
+    recent = _NOTHING
+    slow = hits = None
+
+    def call(*args, **kwargs):
+        check, grad_mode, dtype, fn, guard = recent
+        try:
+            hit = check(*args)
+        except TypeError:   # another number of arguments
+            hit = False
+        if hit and not kwargs and _is_grad_enabled() is grad_mode and _get_default_dtype() is dtype:
+            if guard is None:
+                next(hits)
+                return fn(*args)
+            state = guard(args)
+            if state is not None:
+                next(hits)
+                return fn(*args, *state)
+        return slow(args, kwargs)
+
+    def remember(compiled, slow_path=None, counter=None):
+        """Check `compiled` first from now on (None: nothing); the first call also says
+        where misses go and which counter counts hits."""
+        nonlocal recent, slow, hits
+        if slow_path is not None:
+            slow, hits = slow_path, counter
+        recent = (_NOTHING if compiled is None
+                  else (*compiled.recent, compiled.fn, compiled.guard))
+    return call, remember
+
+
+def _never(*args):
+    return False
+
+
+_NOTHING = (_never, None, None, None, None)   # what the hit path checks before any call
+
+
+def _counted(counter: itertools.count) -> int:
+    return int(repr(counter)[len("count("):-1])  # the count's next value
+
+
+class JitFunction(functools.partial):
     """The callable ``jit`` returns: cached compiled versions of `fn`, one per input kind.
 
+    It is a ``functools.partial`` of its hit path (:func:`_hit_path`) because calling a
+    partial is C: a Python ``__call__`` would add a bound method and a frame to every call.
     The hit path takes no lock: a dict lookup is atomic, and so is ``next`` on the
     ``itertools.count`` that counts hits. Compiles are serialized per function and
     re-check the cache, so concurrent first calls compile once. The cache is bounded and
     evicts its oldest entry.
     """
 
-    def __init__(self, fn: Callable, executors=None, **options):
+    def __new__(cls, fn: Callable, executors=None, **options):
         if not callable(fn):
             raise TypeError(f"primtrace.jit expects a function or an nn.Module, got "
                             f"{type(fn).__name__}")
+        call, remember = _hit_path()
+        self = super().__new__(cls, call)
         self._fn = fn
         self._executors = _executor_list(executors)
         self._options = _check_options(options)
@@ -186,13 +240,17 @@ class JitFunction:
         self._cache: dict = {}
         self._lock = threading.RLock()   # compiles and cache updates, one at a time
         self._hits = itertools.count()   # next() is atomic: no lock on the hit path
+        self._hits_cleared = 0           # hits before the last cache_clear
         self._misses = 0
         self._last: list[Trace] | None = None
-        self._recent: Compiled | None = None   # see Compiled.recent
+        self._recent: Compiled | None = None   # what the hit path checks first
+        self._remember = remember
+        remember(None, self._lookup, self._hits)
         if isinstance(fn, torch.nn.Module):   # attributes stay the module's (see __getattr__)
             self.__wrapped__, self.__doc__ = fn, type(fn).__doc__
         else:
             functools.update_wrapper(self, fn)
+        return self
 
     def __getattr__(self, name):
         """``jit(module).eval()``, ``.parameters()``... reach the module itself."""
@@ -201,19 +259,14 @@ class JitFunction:
             return getattr(fn, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
-    def __call__(self, *args, **kwargs):
-        recent = self._recent   # the entry the last call used, checked in C++ (~0.2 us)
-        if recent is not None:
-            check, grad_mode, dtype, nargs = recent.recent
-            if (not kwargs and len(args) == nargs and _is_grad_enabled() is grad_mode
-                    and _get_default_dtype() is dtype and check(*args)):
-                if recent.guard is None:
-                    next(self._hits)
-                    return recent.fn(*args)
-                state = recent.guard(args)
-                if state is not None:
-                    next(self._hits)
-                    return recent.fn(*args, *state)
+    def _use(self, compiled: Compiled) -> None:
+        """Make `compiled` the entry the hit path checks first (when it can be checked)."""
+        if compiled.recent is not None and compiled is not self._recent:
+            self._recent = compiled
+            self._remember(compiled)
+
+    def _lookup(self, args: tuple, kwargs: dict):
+        """A call the hit path did not serve: the keyed cache, then a compile."""
         if not kwargs:  # the common case inlined: plain tensors only (same key as cache_key)
             key = [_get_default_dtype(), _is_grad_enabled()]
             for x in args:
@@ -226,8 +279,7 @@ class JitFunction:
                 entry = self._cache.get(key)
                 if entry.__class__ is Compiled:
                     next(self._hits)
-                    if entry.recent is not None:
-                        self._recent = entry
+                    self._use(entry)
                     return entry.fn(*args)
                 return self._call(entry, key, list(args), args, kwargs)
         key, leaves = cache_key(args, kwargs)
@@ -246,8 +298,7 @@ class JitFunction:
             compiled, state = self._miss(key, leaves, args, kwargs)
         else:
             next(self._hits)
-        if compiled.recent is not None:
-            self._recent = compiled
+        self._use(compiled)
         return compiled.fn(*leaves, *state)
 
     def _miss(self, key, leaves, args, kwargs):
@@ -294,7 +345,7 @@ class JitFunction:
 
     def cache_info(self) -> CacheInfo:
         with self._lock:
-            hits = int(repr(self._hits)[len("count("):-1])  # the count's next value
+            hits = _counted(self._hits) - self._hits_cleared
             size = sum(_size(e) for e in self._cache.values())
             return CacheInfo(hits, self._misses, self._maxsize, size)
 
@@ -302,8 +353,12 @@ class JitFunction:
         with self._lock:
             self._cache = {}
             self._recent = None
-            self._hits = itertools.count()
+            self._remember(None)
+            self._hits_cleared = _counted(self._hits)
             self._misses = 0
+
+    def __reduce__(self):
+        raise TypeError(f"cannot pickle {self!r}: pickle the function and jit it again")
 
     def __repr__(self):
         return f"<primtrace.jit of {getattr(self._fn, '__qualname__', self._fn)!r}>"

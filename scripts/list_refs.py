@@ -31,7 +31,7 @@ from primtrace.executors.numba import NumbaFusionExecutor
 FUSION = NumbaFusionExecutor(cost_model=False)
 
 MODULES = (  # (ref module, its torch namespaces, most specific first)
-    ("primtrace.refs", ("torch", "torch.Tensor")),
+    ("primtrace.refs", ("torch", "torch.Tensor", "torch.nn.functional")),
     ("primtrace.refs.special", ("torch.special",)),
     ("primtrace.refs.nn.functional", ("torch.nn.functional",)),
     ("primtrace.refs.linalg", ("torch.linalg",)),
@@ -60,6 +60,29 @@ EXAMPLES = {
     "scalar_tensor": [0.5], "arange": [5],
     "softmax": [T((2, 3)), 1], "log_softmax": [T((2, 3)), 1], "softmin": [T((2, 3)), 1],
     "layer_norm": [T((2, 3)), (3,), T((3,)), T((3,))], "rms_norm": [T((2, 3)), (3,), T((3,))],
+    "linspace": [0.0, 1.0, 5], "logspace": [0.0, 2.0, 5], "eye": [3], "tril_indices": [3, 3],
+    "triu_indices": [3, 3], "empty_strided": [(2, 3), (1, 2)],
+    "new_empty_strided": [T((2, 3)), (2, 3), (1, 2)], "view_as_complex": [T((3, 2))],
+    # views and joins: a shape, a list of tensors
+    **{name: [T((2, 3)), (3, 2)] for name in ("reshape", "view", "view_copy")},
+    **{name: [T((2, 3)), (1, 0)] for name in ("permute", "permute_copy")},
+    **{name: [T((1, 3)), (2, 3)] for name in ("expand", "expand_copy", "broadcast_to")},
+    **{name: [[T((2, 3)), T((2, 3))]] for name in (
+        "cat", "concat", "concatenate", "stack", "hstack", "vstack", "row_stack", "dstack",
+        "column_stack")},
+    **{name: [T((3, 2)), (1, 2)] for name in ("split_with_sizes", "split_with_sizes_copy")},
+    "repeat": [T((2, 3)), 2, 1], "sum_to_size": [T((2, 3)), 1, 3], "unflatten": [T((2, 6)), 1, (2, 3)],
+    "meshgrid": [T((2,)), T((3,))], "constant_pad_nd": [T((2, 3)), (1, 1)], "pad": [T((2, 3)), (1, 1)],
+    "dsplit": [T((2, 2, 4)), 2], "slice_scatter": [T((2, 3)), T((1, 3)), 0, 1],
+    "select_scatter": [T((2, 3)), T((3,)), 0, 0], "diagonal_scatter": [T((2, 3)), T((2,))],
+    "as_strided_scatter": [T((2, 3)), T((2,)), (2,), (1,)],
+    "pixel_shuffle": [T((1, 4, 2, 2)), 2], "pixel_unshuffle": [T((1, 1, 4, 4)), 2],
+    "channel_shuffle": [T((1, 4, 2, 2)), 2],
+    # convolution and pooling: (batch, channels, spatial...) inputs and weights
+    **{f"conv{n}d": [T((1, 2) + (4,) * n), T((3, 2) + (2,) * n)] for n in (1, 2, 3)},
+    **{f"conv_transpose{n}d": [T((1, 2) + (4,) * n), T((2, 3) + (2,) * n)] for n in (1, 2, 3)},
+    **{f"{pool}{n}d": [T((1, 2) + (4,) * n), 2] for n in (1, 2, 3)
+       for pool in ("max_pool", "avg_pool", "adaptive_avg_pool", "adaptive_max_pool")},
     # products, indexing, random: operands of matching shapes, int64 indices
     **dict.fromkeys(("matmul", "mm", "dsmm"), [T((2, 3)), T((3, 4))]),
     "bmm": [T((2, 2, 3)), T((2, 3, 4))], "mv": [T((2, 3)), T((3,))],
@@ -169,13 +192,18 @@ def _trace(sym, call, dtype):
     """The leaf names `sym` records for one call on `dtype` proxies, or None if it raises."""
     trace = Trace(sym.name)
     args, kwargs = [], {}
-    for name, keyword, value in call:
+    def proxy(value):
         if isinstance(value, str) and value == "tensor":
             value = T((2, 3))
         if isinstance(value, T):
             shape = value.shape
-            value = trace.tensor(TensorSpec(shape, value.dtype or dtype, torch.device("cpu"),
-                                            contiguous_strides(shape)))
+            return trace.tensor(TensorSpec(shape, value.dtype or dtype, torch.device("cpu"),
+                                           contiguous_strides(shape)))
+        if isinstance(value, list):   # a list of tensors (cat's)
+            return [proxy(v) for v in value]
+        return value
+    for name, keyword, value in call:
+        value = proxy(value)
         if keyword:
             kwargs[name] = value
         else:

@@ -19,3 +19,12 @@ def test_benchmark_script_runs(script, args):
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "worst jit/eager" in done.stdout
+
+
+def test_gpt_block_benchmark_runs():
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpt_block.py"), "--no-compile",
+                           "--batch", "1", "--context", "8", "--width", "16", "--heads", "2",
+                           "--rounds", "1", "--time", "0.001"],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "| primtrace.jit |" in done.stdout

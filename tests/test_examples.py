@@ -64,3 +64,13 @@ def test_scripts_run(script, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     written = next(tmp_path.iterdir())
     assert written.stat().st_size > 1000
+
+
+def test_gpt():
+    out = run_example("gpt.py", "--layers", "1", "--width", "32", "--heads", "2",
+                      "--context", "16", "--batch", "2", "--no-compile")
+    for name in ("primtrace.jit", 'torch.compile(backend="primtrace")'):
+        line = next(l for l in out.splitlines() if l.startswith(name + ":"))
+        logits, grads = line.split("max |logits - eager| ")[1], line.split("max |grad - eager| ")[1]
+        assert float(logits.split(",")[0]) < 1e-5 and float(grads) < 1e-5, line
+    assert "one block's execution trace" in out and "x eager)" in out

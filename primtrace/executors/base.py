@@ -115,12 +115,14 @@ def dependency_graph(trace: Trace) -> nx.DiGraph:
     """The trace's dependencies as a DiGraph over node indices (attribute ``node``).
 
     Besides dataflow (edge attribute ``proxy``) it has ordering edges (``order=True``): a
-    read of a tensor before an in-place write to it comes before the write, and nodes with
-    side effects keep their relative order. Any schedule of this graph is a valid one.
+    read of a tensor before an in-place write to it, or to a view sharing its memory (the
+    tracer's ``trace.tags["alias_roots"]``), comes before the write, and nodes with side
+    effects keep their relative order. Any schedule of this graph is a valid one.
     """
     g = nx.DiGraph()
     producer: dict[str, int] = {}
-    readers: dict[str, list[int]] = {}
+    readers: dict[str, list[int]] = {}   # memory (an alias root's name) -> its readers
+    roots = trace.tags.get("alias_roots", {})
     last_effect = None
     for i, node in enumerate(trace.nodes):
         g.add_node(i, node=node)
@@ -129,7 +131,7 @@ def dependency_graph(trace: Trace) -> nx.DiGraph:
                 g.add_edge(producer[p.name], i, proxy=p)
         written = mutated_proxy(node)
         if written is not None:
-            for r in readers.get(written.name, ()):
+            for r in readers.get(roots.get(written.name, written.name), ()):
                 if r != i:
                     g.add_edge(r, i, order=True)
         if not is_pure(node) and node.symbol.kind is not SymbolKind.FUSED:
@@ -137,7 +139,7 @@ def dependency_graph(trace: Trace) -> nx.DiGraph:
                 g.add_edge(last_effect, i, order=True)
             last_effect = i
         for p in node.inputs:
-            readers.setdefault(p.name, []).append(i)
+            readers.setdefault(roots.get(p.name, p.name), []).append(i)
         for p in node.output_proxies:
             producer.setdefault(p.name, i)
     return g

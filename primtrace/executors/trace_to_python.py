@@ -208,7 +208,11 @@ def _layout_checks(node: Node, outputs: list, em: _Emitter) -> list[str]:
 
 
 def with_strides(t: torch.Tensor, strides: tuple) -> torch.Tensor:
-    """A copy of `t` laid out with `strides` (autograd records the copy)."""
+    """A copy of `t` laid out with `strides` (autograd records the copy); `t` itself when only
+    the strides of size-1 dims differ (they address nothing; inputs of one cache key may
+    differ there, and a copy would cut a view off its base)."""
+    if all(n <= 1 or a == b for n, a, b in zip(t.shape, t.stride(), strides)):
+        return t
     out = torch.empty_strided(t.shape, strides, dtype=t.dtype, device=t.device)
     return out.copy_(t)
 

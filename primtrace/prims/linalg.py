@@ -1,5 +1,5 @@
-"""Linear-algebra prims: matmul (one prim for dot, mv, mm, bmm and broadcast batched
-matmul) and matrix_transpose (the view a ref needs for x @ w.T).
+"""The linear-algebra prim: matmul, one prim for dot, mv, mm, bmm and broadcast batched
+matmul (a transposed operand, x @ w.T, is a ``prims.permute`` view).
 
 Strict, as every prim: the operands share dtype and device (no promotion); the refs check
 eager's per-op shapes and messages first (mm wants matrices, dot vectors). matmul runs as
@@ -86,18 +86,5 @@ matmul = _prim("matmul", _matmul_meta, torch.matmul, ("linalg",),
                "broadcast batched products; a contiguous result.")
 
 
-def _transpose_meta(a):
-    if not is_tensor(a) or a.ndim < 2:
-        raise PrimContractError("prims.matrix_transpose: expected a tensor of 2 or more dims")
-    shape, strides = list(a.shape), list(a.stride())
-    shape[-2:], strides[-2:] = shape[:-3:-1], strides[:-3:-1]
-    return TensorSpec(tuple(shape), a.dtype, a.device, tuple(strides))
-
-
-matrix_transpose = _prim(
-    "matrix_transpose", _transpose_meta, lambda a: a.mT, ("view",),
-    "A view of `a` with its last two dims swapped (Tensor.mT); nothing is copied. Private to "
-    "the linalg refs until a general transpose prim exists.")
-
-PRIMS = {s.name: s for s in (matmul, matrix_transpose)}
+PRIMS = {s.name: s for s in (matmul,)}
 __all__ = list(PRIMS)

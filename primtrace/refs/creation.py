@@ -10,10 +10,8 @@ a runtime number while tracing stays one: its overflow check is a guard node
 
 What a trace cannot express is declined (``@ref(declines=...)``): the tracer then leaves the call
 to torch as an opaque node. That is ``requires_grad=True`` (an autograd leaf), pinned
-memory, non-strided layouts and another device than the input's. torch.linspace/logspace
-are not here: eager's CPU kernel evaluates whole SIMD chunks with one of its two formulas
-and contracts them into FMAs, so integer results depend on the vector width (an example is
-in tests/conformance/test_creation.py).
+memory, non-strided layouts and another device than the input's. linspace, logspace, eye
+and the other range factories are in refs/ranges.py.
 """
 from __future__ import annotations
 

@@ -64,7 +64,9 @@ def kernel_scalar(value, dtype):
 
 def transpose(t):
     """t with its last two dims swapped (a view); 0-d and 1-d tensors are returned as is."""
-    return t if t.ndim < 2 else prims.matrix_transpose(t)
+    if t.ndim < 2:
+        return t
+    return prims.permute(t, (*range(t.ndim - 2), t.ndim - 1, t.ndim - 2))
 
 
 # --- products ------------------------------------------------------------------------------------

@@ -13,7 +13,8 @@ from primtrace import prims
 from primtrace.refs import binary, unary
 from primtrace.refs.checks import (no_low_precision, not_both_numbers, not_implemented,
                                    same_dtype_out)
-from primtrace.refs.core import elementwise, exports
+from primtrace.refs.core import elementwise, exports, ref
+from primtrace.refs.nn import functional
 from primtrace.refs.promotion import DEFAULT, INT_TO_FLOAT
 from primtrace.refs.unary import round_decimals, unary_ref
 
@@ -103,5 +104,28 @@ def entr(input):
                        prims.where(prims.eq(input, 0), 0,
                                    prims.mul(prims.neg(input), prims.log(input))))
 
+
+# --- torch.special's softmax names: dim required; softmax's dtype may come third (F's third
+# parameter is _stacklevel), log_softmax's only by keyword ----------------------------------
+def _softmax_ref(name, positional_dtype):
+    f_ref = getattr(functional, name)
+
+    def call(input, dim, dtype):
+        if dim is None:
+            raise TypeError(f"special_{name}(): argument 'dim' (position 2) must be int, not "
+                            f"NoneType")
+        return f_ref(input, dim, dtype=dtype)
+    if positional_dtype:
+        def body(input, dim, dtype=None):
+            return call(input, dim, dtype)
+    else:
+        def body(input, dim, *, dtype=None):
+            return call(input, dim, dtype)
+    body.__name__ = body.__qualname__ = name
+    body.__doc__ = f"torch.special.{name}: F.{name} along a given dim."
+    return ref(body, module=MODULE)
+
+
+softmax, log_softmax = _softmax_ref("softmax", True), _softmax_ref("log_softmax", False)
 
 __all__ = exports(globals(), MODULE)

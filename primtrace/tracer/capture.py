@@ -11,6 +11,12 @@ In-place methods and ``out=`` are functionalized: the ref computes out of place 
 with ``prims.copy_to``; the copy's output is the variable's new version, and every later
 read of the old proxy is redirected to it (``TracingTrace.resolve_args``), so dataflow
 orders the reads after the write and the caller's tensor is mutated at run time.
+
+Views share memory: a view prim's result (and a write's new version) is noted as part of
+its base's memory (``trace.tags["alias_roots"]``). A write through one view makes every
+other proxy of that memory stale; its next read at the top level goes through
+``prims.aliased(x, write)``, the same tensor ordered after the write. ``dependency_graph``
+orders earlier reads of any of them before the write.
 """
 from __future__ import annotations
 
@@ -54,6 +60,11 @@ class TracingTrace(Trace):
         self.versions: dict[str, Proxy] = {}   # proxy name -> its value after a mutation
         self.tags["grad_enabled"] = torch.is_grad_enabled()  # the mode of the whole call
         self.made: dict[int, torch.Tensor] = {}  # tensors created while tracing (constants)
+        # memory sharing: proxy name -> the name of the proxy whose memory it is part of
+        # (views and written versions); dependency_graph reads it
+        self.alias_root: dict[str, str] = self.tags.setdefault("alias_roots", {})
+        self._writes: dict[str, tuple[int, Proxy]] = {}  # root -> (count, last written value)
+        self._synced: dict[str, int] = {}   # proxy name -> the write count it has seen
 
     def lift_state(self, args, kwargs):
         """Real tensors the code reached outside its arguments become state inputs."""
@@ -76,7 +87,42 @@ class TracingTrace(Trace):
     def latest(self, p):
         while isinstance(p, Proxy) and p.name in self.versions:
             p = self.versions[p.name]
+        if self._writes and self.depth == 0 and isinstance(p, TensorProxy):
+            written = self._writes.get(self.alias_root.get(p.name, p.name))
+            if written is not None and self._synced.get(p.name, 0) < written[0]:
+                p = self._after_write(p, written[1])
         return p
+
+    def _after_write(self, p: TensorProxy, write: TensorProxy) -> TensorProxy:
+        """`p` read after a write into memory it shares (x after x.view(-1).add_(1)): a
+        ``prims.aliased`` node makes the new version, so dataflow orders the read after it."""
+        from primtrace import prims
+        requires_grad = p.requires_grad or (torch.is_grad_enabled() and write.requires_grad)
+        out = self.tensor(p.spec, requires_grad=requires_grad)
+        self.record(Node(prims.aliased, (p, write), {}, out))
+        self.versions[p.name] = out
+        return out
+
+    def root(self, p: Proxy) -> str:
+        return self.alias_root.get(p.name, p.name)
+
+    def note_alias(self, base: Proxy, outputs) -> None:
+        """`outputs` share `base`'s memory (a view); they have seen its writes so far."""
+        root = self.root(base)
+        count = self._writes.get(root, (0, None))[0]
+        for q in tree_flatten(outputs):
+            if isinstance(q, TensorProxy) and q.name != root:
+                self.alias_root[q.name] = root
+                self._synced[q.name] = count
+
+    def note_write(self, dst: Proxy, out: Proxy) -> None:
+        """`out` is `dst` after an in-place write: later reads of `dst`'s aliases follow it."""
+        self.versions[dst.name] = out
+        self.note_alias(dst, out)
+        root = self.root(dst)
+        count = self._writes.get(root, (0, None))[0] + 1
+        self._writes[root] = (count, out)
+        self._synced[out.name] = count
 
     def resolve(self, obj):
         """`obj` with every proxy replaced by its latest version."""
@@ -93,9 +139,11 @@ class TracingTrace(Trace):
         node.grad_enabled = torch.is_grad_enabled()  # `with torch.no_grad():` inside fn
         super().record(node)
         sym = node.symbol
-        if (sym.kind is SymbolKind.PRIM and "inplace" in sym.tags and node.args
-                and isinstance(node.args[0], TensorProxy) and isinstance(node.outputs, TensorProxy)):
-            self.versions[node.args[0].name] = node.outputs
+        if sym.kind is SymbolKind.PRIM and node.args and isinstance(node.args[0], TensorProxy):
+            if "inplace" in sym.tags and isinstance(node.outputs, TensorProxy):
+                self.note_write(node.args[0], node.outputs)
+            elif "view" in sym.tags:
+                self.note_alias(node.args[0], node.outputs)
         return node
 
 
@@ -353,8 +401,11 @@ def record_opaque(trace, func, target, args, kwargs):
     node = Node(opaque_symbol(func, mutates), tuple(args), dict(kwargs), outputs,
                 source=trace.source_line)
     trace.record(node)
-    if mutated is not None and isinstance(trace, TracingTrace):
-        trace.versions[mutated.name] = outputs
+    if isinstance(trace, TracingTrace):
+        if mutated is not None:
+            trace.note_write(mutated, outputs)
+        elif target.name in mapping.VIEW_NAMES and args and isinstance(args[0], TensorProxy):
+            trace.note_alias(args[0], outputs)   # a view torch makes (x.view(torch.int32))
     _warn_once(display)
     return outputs
 

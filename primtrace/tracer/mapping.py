@@ -68,6 +68,27 @@ DATA_DEPENDENT = frozenset({
     "item", "tolist", "numpy", "data_ptr", "equal", "is_nonzero", "allclose", "__array__",
 })
 
+#: torch functions whose results share their first argument's memory: an opaque call of one
+#: is a view the tracer tracks (writes through it reach the base; see capture.TracingTrace).
+VIEW_NAMES = frozenset({
+    "view", "view_as", "reshape", "reshape_as", "flatten", "unflatten", "ravel", "permute",
+    "transpose", "swapaxes", "swapdims", "t", "T.__get__", "mT.__get__", "H.__get__",
+    "mH.__get__", "adjoint", "movedim", "moveaxis", "squeeze", "unsqueeze", "expand",
+    "expand_as", "broadcast_to", "narrow", "select", "unbind", "split", "split_with_sizes",
+    "chunk", "tensor_split", "hsplit", "vsplit", "dsplit", "diagonal", "unfold", "as_strided",
+    "__getitem__", "detach", "alias", "view_as_real", "view_as_complex", "real", "imag",
+    "real.__get__", "imag.__get__", "conj", "resolve_conj", "resolve_neg", "positive",
+    "contiguous", "data.__get__", "align_as", "atleast_1d", "atleast_2d", "atleast_3d",
+    "broadcast_tensors", "meshgrid", "unsafe_split", "unsafe_chunk",
+})
+
+#: in-place methods that change a tensor's metadata, not its values (x.unsqueeze_(0)): not
+#: the op computed then written into x, so they never get a ref's in-place variant
+METADATA_INPLACE = frozenset({
+    "squeeze_", "unsqueeze_", "t_", "transpose_", "swapaxes_", "swapdims_", "as_strided_",
+    "resize_", "resize_as_", "set_", "requires_grad_", "share_memory_", "detach_",
+})
+
 #: torch functions that make new tensors without tensor inputs: recorded so they run per call.
 FACTORIES = frozenset({
     "ones", "zeros", "full", "empty", "empty_strided", "arange", "range", "linspace",
@@ -190,6 +211,8 @@ def resolve(func) -> Target:
             return Target(namespace, name, find_inplace_ref("torch", OPERATORS[inner[1:]]),
                           inplace=True)
         return Target(namespace, name, None)
+    if name in METADATA_INPLACE:
+        return Target(namespace, name, None, inplace=True)
     if (name.endswith("_") and not name.startswith("_") and "." not in name
             and namespace in ("Tensor", "torch", "nn.functional")):
         return Target(namespace, name, find_inplace_ref(namespace, name[:-1]), inplace=True)

@@ -8,10 +8,7 @@ default dtypes, and eager's errors. The *_like and new_* refs take the harness's
 samples (every dtype and layout); their memory layouts are compared on their own
 (``test_like_layouts``).
 
-Not here: torch.linspace. Its CPU kernel fills whole SIMD chunks with one of its two
-formulas (start + step * i before the middle, end - step * (n - 1 - i) after) and the
-compiler contracts them into FMAs, so integer results depend on the vector width: on this
-machine linspace(-7, 13, 16, dtype=torch.int64)[6] is 0 where both formulas give 1.
+linspace, logspace, eye and the other range factories: tests/conformance/test_ranges.py.
 """
 import math
 import warnings

@@ -280,3 +280,18 @@ def test_the_recent_entry_shortcut_never_serves_another_kind_of_input():
         assert (jf(torch.ones(2), torch.ones(2)) == 2).all()
     finally:
         torch.set_default_dtype(old)
+
+
+def test_the_recent_entry_shortcut_takes_other_arities_and_keywords_down_the_keyed_path():
+    def f(a, b=None, *, scale=2.0):
+        return a * scale if b is None else (a + b) * scale
+    jf = primtrace.jit(f)
+    a, b = torch.randn(3), torch.randn(3)
+    for args, kwargs in [((a,), {}), ((a, b), {}), ((a,), {}), ((a,), {"scale": 3.0}),
+                         ((a, b), {}), ((), {"a": a, "b": b})] * 2:
+        torch.testing.assert_close(jf(*args, **kwargs), f(*args, **kwargs))
+    info = primtrace.cache_info(jf)
+    assert info.hits + info.misses == 12
+    jf.cache_clear()
+    jf(a), jf(a)
+    assert primtrace.cache_info(jf)[:2] == (1, 1)

@@ -370,5 +370,7 @@ from primtrace.refs.nn.composites import *  # noqa: E402,F401,F403
 from primtrace.refs.nn.losses import huber_loss, l1_loss, mse_loss, smooth_l1_loss  # noqa: E402
 from primtrace.refs.nn.softmax_norms import (layer_norm, log_softmax, rms_norm, softmax,  # noqa: E402
                                              softmin)
+from primtrace.refs.nn.convolution import *  # noqa: E402,F401,F403  (convolution and pooling)
+from primtrace.refs.nn.shuffles import *  # noqa: E402,F401,F403  (pixel and channel shuffles)
 
 __all__ = exports(globals(), MODULE)

@@ -1,0 +1,338 @@
+"""View and shape prims: the few operations every torch view/shape op is written in.
+
+Views (tag ``"view"``): the result shares the input's memory. Each meta function computes
+the exact strides eager's op gives (so fused kernels may read a view, and write into one,
+through those strides), and each impl is torch's own view op, so at run time the result is
+a real view (``_base``, storage and autograd as in eager):
+
+- ``reshape_view(a, shape)``: torch's ``view`` (strides by its computeStride rule; a
+  shape that cannot be viewed is a contract error: the ref copies first);
+- ``permute(a, perm)``; ``slice(a, starts, stops, steps)`` (clamped, steps >= 1);
+- ``squeeze(a, dims)`` (size-1 dims), ``unsqueeze(a, dim)``; ``expand(a, shape)``;
+- ``diagonal(a, offset, dim1, dim2)``, ``unfold(a, dim, size, step)``;
+- ``as_strided(a, shape, strides, storage_offset)`` (None: a's own offset).
+
+Copies: ``cat(tensors, dim)``, ``flip(a, dims)``. And ``aliased(a, write)``: `a` itself,
+read after `write` (the result of an in-place prim on memory `a` shares); a no-op at run
+time that orders later reads of `a` after the write in the dataflow.
+
+None of these has a row in the Numba op table: the torch executor runs them (views cost
+only metadata) and fused kernels read and write their results through their strides.
+"""
+from __future__ import annotations
+
+import builtins
+import math
+
+import torch
+
+from primtrace.ir.proxy import TensorSpec
+from primtrace.ir.strides import contiguous_strides, dense_strides
+from primtrace.ir.symbol import Symbol, SymbolKind
+from primtrace.prims.meta import PrimContractError, elementwise_strides, is_tensor
+
+#: the dim order of channels_last (4-d) and channels_last_3d (5-d) layouts, outermost first
+_CHANNELS_LAST = {4: (0, 2, 3, 1), 5: (0, 2, 3, 4, 1)}
+
+
+def _prim(name, meta, impl, doc, tags=("view",)):
+    return Symbol(name, kind=SymbolKind.PRIM, meta=meta, impl=impl, tags=frozenset(tags),
+                  module="prims", doc=doc)
+
+
+def _spec(a, shape, strides) -> TensorSpec:
+    return TensorSpec(tuple(shape), a.dtype, a.device, tuple(strides))
+
+
+def _tensor(name, a):
+    if not is_tensor(a):
+        raise PrimContractError(f"prims.{name}: expected a tensor, got {type(a).__name__}")
+
+
+def _ints(name, what, values, n=None) -> tuple:
+    values = tuple(values)
+    if any(type(v) is not int for v in values) or (n is not None and len(values) != n):
+        raise PrimContractError(f"prims.{name}: {what} must be {n if n is not None else 'a'} "
+                                f"tuple of ints, got {values!r}")
+    return values
+
+
+# --- reshape_view ----------------------------------------------------------------------------
+def compute_stride(oldshape, oldstride, newshape):
+    """Strides of `oldshape`/`oldstride` viewed as `newshape`, or None when that view does
+    not exist (ATen's computeStride, which view and reshape share)."""
+    oldshape, oldstride, newshape = tuple(oldshape), tuple(oldstride), tuple(newshape)
+    if not oldshape:
+        return (1,) * len(newshape)
+    numel = math.prod(oldshape)
+    if numel == 0:
+        if oldshape == newshape:
+            return oldstride
+        return contiguous_strides(newshape)
+    newstride = [0] * len(newshape)
+    view_d = len(newshape) - 1
+    chunk_base_stride = oldstride[-1]
+    tensor_numel = view_numel = 1
+    for tensor_d in range(len(oldshape) - 1, -1, -1):
+        tensor_numel *= oldshape[tensor_d]
+        if tensor_d == 0 or (oldshape[tensor_d - 1] != 1
+                             and oldstride[tensor_d - 1] != tensor_numel * chunk_base_stride):
+            while view_d >= 0 and (view_numel < tensor_numel or newshape[view_d] == 1):
+                newstride[view_d] = view_numel * chunk_base_stride
+                view_numel *= newshape[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return None
+            if tensor_d > 0:
+                chunk_base_stride = oldstride[tensor_d - 1]
+                tensor_numel = view_numel = 1
+    if view_d != -1:
+        return None
+    return tuple(newstride)
+
+
+def _reshape_view_meta(a, shape):
+    _tensor("reshape_view", a)
+    shape = _ints("reshape_view", "shape", shape)
+    if any(s < 0 for s in shape) or math.prod(shape) != a.numel():
+        raise PrimContractError(f"prims.reshape_view: shape {list(shape)} does not hold "
+                                f"{a.numel()} elements")
+    strides = compute_stride(a.shape, a.stride(), shape)
+    if strides is None:
+        raise PrimContractError(f"prims.reshape_view: {list(a.shape)} with strides "
+                                f"{list(a.stride())} cannot be viewed as {list(shape)}")
+    return _spec(a, shape, strides)
+
+
+reshape_view = _prim("reshape_view", _reshape_view_meta, lambda a, shape: a.view(tuple(shape)),
+                     "`a` viewed with `shape` (same number of elements; strides by torch's "
+                     "computeStride rule). A layout that cannot be viewed so is a contract error.")
+
+
+# --- permute -----------------------------------------------------------------------------------
+def _permute_meta(a, perm):
+    _tensor("permute", a)
+    perm = _ints("permute", "perm", perm, a.ndim)
+    if sorted(perm) != list(range(a.ndim)):
+        raise PrimContractError(f"prims.permute: {perm} is not a permutation of {a.ndim} dims")
+    return _spec(a, [a.shape[d] for d in perm], [a.stride()[d] for d in perm])
+
+
+permute = _prim("permute", _permute_meta, lambda a, perm: a.permute(tuple(perm)),
+                "Output dim i is input dim perm[i] (a view).")
+
+
+# --- slice -------------------------------------------------------------------------------------
+def _slice_meta(a, starts, stops, steps):
+    _tensor("slice", a)
+    starts, stops, steps = (_ints("slice", what, v, a.ndim) for what, v in
+                            (("starts", starts), ("stops", stops), ("steps", steps)))
+    shape, strides = [], []
+    for n, s, b, e, k in zip(a.shape, a.stride(), starts, stops, steps):
+        if not (0 <= b <= e <= n and k >= 1):
+            raise PrimContractError(f"prims.slice: [{b}:{e}:{k}] is not a clamped slice of a "
+                                    f"dim of size {n}")
+        shape.append((e - b + k - 1) // k)
+        strides.append(s * k)
+    return _spec(a, shape, strides)
+
+
+def _slice_impl(a, starts, stops, steps):
+    return a[tuple(builtins.slice(b, e, k) for b, e, k in zip(starts, stops, steps))]
+
+
+slice = _prim("slice", _slice_meta, _slice_impl,  # torch's name (shadows the builtin)
+              "a[starts[0]:stops[0]:steps[0], ...]: per dim 0 <= start <= stop <= size and "
+              "step >= 1 (a view).")
+
+
+# --- squeeze, unsqueeze, expand ----------------------------------------------------------------
+def _squeeze_meta(a, dims):
+    _tensor("squeeze", a)
+    dims = _ints("squeeze", "dims", dims)
+    if list(dims) != sorted(set(dims)) or any(not 0 <= d < a.ndim or a.shape[d] != 1 for d in dims):
+        raise PrimContractError(f"prims.squeeze: dims {dims} must be increasing size-1 dims "
+                                f"of {list(a.shape)}")
+    keep = [d for d in range(a.ndim) if d not in dims]
+    return _spec(a, [a.shape[d] for d in keep], [a.stride()[d] for d in keep])
+
+
+squeeze = _prim("squeeze", _squeeze_meta, lambda a, dims: a.squeeze(tuple(dims)),
+                "`a` without the size-1 dims `dims` (increasing; a view).")
+
+
+def unsqueeze_stride(shape, strides, dim) -> int:
+    """The stride eager's unsqueeze gives a new size-1 dim at `dim`."""
+    return 1 if dim >= len(shape) else shape[dim] * strides[dim]
+
+
+def _unsqueeze_meta(a, dim):
+    _tensor("unsqueeze", a)
+    if type(dim) is not int or not 0 <= dim <= a.ndim:
+        raise PrimContractError(f"prims.unsqueeze: dim must be an int in [0, {a.ndim}], "
+                                f"got {dim!r}")
+    shape, strides = list(a.shape), list(a.stride())
+    stride = unsqueeze_stride(shape, strides, dim)
+    return _spec(a, shape[:dim] + [1] + shape[dim:], strides[:dim] + [stride] + strides[dim:])
+
+
+unsqueeze = _prim("unsqueeze", _unsqueeze_meta, lambda a, dim: a.unsqueeze(dim),
+                  "`a` with a new size-1 dim at `dim` (a view).")
+
+
+def expand_strides(shape, strides, target):
+    """Eager's expand geometry (inferExpandGeometry): new leading dims and size-1 dims that
+    grow get stride 0; a new size-1 dim gets the stride of the dim after it times its size."""
+    ndim, offset = len(target), len(target) - len(shape)
+    out = [0] * ndim
+    for i in range(ndim - 1, -1, -1):
+        d = i - offset
+        size = shape[d] if d >= 0 else 1
+        stride = strides[d] if d >= 0 else (target[i + 1] * out[i + 1] if i < ndim - 1 else 1)
+        if size != target[i]:
+            if size != 1:
+                return None
+            stride = 0
+        out[i] = stride
+    return tuple(out)
+
+
+def _expand_meta(a, shape):
+    _tensor("expand", a)
+    shape = _ints("expand", "shape", shape)
+    strides = (expand_strides(tuple(a.shape), tuple(a.stride()), shape)
+               if len(shape) >= a.ndim else None)
+    if strides is None or any(s < 0 for s in shape):
+        raise PrimContractError(f"prims.expand: {list(a.shape)} cannot expand to {list(shape)}")
+    return _spec(a, shape, strides)
+
+
+expand = _prim("expand", _expand_meta, lambda a, shape: a.expand(tuple(shape)),
+               "`a` broadcast to `shape` (eager's expand: grown dims get stride 0; a view).")
+
+
+# --- diagonal, unfold, as_strided --------------------------------------------------------------
+def _diagonal_meta(a, offset, dim1, dim2):
+    _tensor("diagonal", a)
+    if any(type(v) is not int for v in (offset, dim1, dim2)) or not (
+            0 <= dim1 < a.ndim and 0 <= dim2 < a.ndim and dim1 != dim2):
+        raise PrimContractError(f"prims.diagonal: bad offset/dims {offset}, {dim1}, {dim2}")
+    n1, n2 = a.shape[dim1], a.shape[dim2]
+    size = max(min(n1, n2 - offset), 0) if offset >= 0 else max(min(n1 + offset, n2), 0)
+    keep = [d for d in range(a.ndim) if d not in (dim1, dim2)]
+    return _spec(a, [a.shape[d] for d in keep] + [size],
+                 [a.stride()[d] for d in keep] + [a.stride()[dim1] + a.stride()[dim2]])
+
+
+diagonal = _prim("diagonal", _diagonal_meta,
+                 lambda a, offset, dim1, dim2: torch.diagonal(a, offset, dim1, dim2),
+                 "The diagonal of dims dim1 and dim2 (distinct, non-negative) at `offset`, as "
+                 "the last dim (a view).")
+
+
+def _unfold_meta(a, dim, size, step):
+    _tensor("unfold", a)
+    if any(type(v) is not int for v in (dim, size, step)) or not (
+            0 <= dim < max(a.ndim, 1) and step > 0
+            and 0 <= size <= (a.shape[dim] if a.ndim else 1)):
+        raise PrimContractError(f"prims.unfold: bad dim/size/step {dim}, {size}, {step}")
+    if a.ndim == 0:
+        return _spec(a, (size,), (1,))
+    shape, strides = list(a.shape), list(a.stride())
+    shape[dim] = (shape[dim] - size) // step + 1
+    strides[dim] *= step
+    return _spec(a, shape + [size], strides + [a.stride()[dim]])
+
+
+unfold = _prim("unfold", _unfold_meta, lambda a, dim, size, step: a.unfold(dim, size, step),
+               "Windows of `size` elements every `step` along `dim`, as a new last dim (a view).")
+
+
+def _as_strided_meta(a, shape, strides, storage_offset):
+    _tensor("as_strided", a)
+    shape, strides = _ints("as_strided", "shape", shape), _ints("as_strided", "strides", strides)
+    if len(shape) != len(strides) or any(s < 0 for s in (*shape, *strides)) or not (
+            storage_offset is None or (type(storage_offset) is int and storage_offset >= 0)):
+        raise PrimContractError(f"prims.as_strided: bad geometry {shape}, {strides}, "
+                                f"{storage_offset}")
+    return _spec(a, shape, strides)
+
+
+as_strided = _prim("as_strided", _as_strided_meta,
+                   lambda a, shape, strides, storage_offset: torch.as_strided(
+                       a, tuple(shape), tuple(strides), storage_offset),
+                   "A view of a's storage with the given sizes, strides and storage offset "
+                   "(None: a's own); torch checks the storage bounds at run time.")
+
+
+# --- aliased -------------------------------------------------------------------------------------
+def _aliased_meta(a, write):
+    if not is_tensor(a) or not is_tensor(write):
+        raise PrimContractError("prims.aliased: expected two tensors")
+    return TensorSpec.of(a)
+
+
+aliased = _prim("aliased", _aliased_meta, lambda a, write: a,
+                "`a` itself, as it is after `write` (an in-place prim's result on memory `a` "
+                "shares): nothing runs; later reads of `a` are ordered after the write.",
+                tags=("view", "alias"))
+
+
+# --- copies --------------------------------------------------------------------------------------
+def cat_strides(shape, tensors) -> tuple:
+    """Eager's cat layout: channels_last(_3d) when every input suggests it, else row-major."""
+    order = _CHANNELS_LAST.get(len(shape))
+    if order is not None and all(_suggests(t, order) for t in tensors):
+        return dense_strides(shape, order)
+    return contiguous_strides(shape)
+
+
+def _suggests(t, order) -> bool:
+    shape, strides = tuple(t.shape), tuple(t.stride())
+
+    def dense_in(o):
+        expected = dense_strides(shape, o)
+        return all(n <= 1 or s == e for n, s, e in zip(shape, strides, expected))
+    return dense_in(order) and not dense_in(None)
+
+
+def _cat_meta(tensors, dim):
+    tensors = tuple(tensors)
+    if not tensors or any(not is_tensor(t) for t in tensors):
+        raise PrimContractError("prims.cat: expected a non-empty sequence of tensors")
+    first = tensors[0]
+    if type(dim) is not int or not 0 <= dim < first.ndim:
+        raise PrimContractError(f"prims.cat: bad dim {dim!r} for {first.ndim}-d tensors")
+    for t in tensors[1:]:
+        if (t.dtype != first.dtype or t.device != first.device or t.ndim != first.ndim
+                or any(i != dim and n != m for i, (n, m) in enumerate(zip(t.shape, first.shape)))):
+            raise PrimContractError("prims.cat: tensors must share dtype, device and every size "
+                                    "but dim's")
+    shape = list(first.shape)
+    shape[dim] = sum(t.shape[dim] for t in tensors)
+    return _spec(first, shape, cat_strides(shape, tensors))
+
+
+cat = _prim("cat", _cat_meta, lambda tensors, dim: torch.cat(tuple(tensors), dim),
+            "The tensors joined along `dim` (same dtype, device and other sizes): a new tensor, "
+            "channels_last when every input is.", tags=("copy",))
+
+
+def _flip_meta(a, dims):
+    _tensor("flip", a)
+    dims = _ints("flip", "dims", dims)
+    if list(dims) != sorted(set(dims)) or any(not 0 <= d < a.ndim for d in dims):
+        raise PrimContractError(f"prims.flip: dims {dims} must be increasing dims of a "
+                                f"{a.ndim}-d tensor")
+    return _spec(a, a.shape, elementwise_strides(tuple(a.shape), [tuple(a.stride())]))
+
+
+flip = _prim("flip", _flip_meta, lambda a, dims: torch.flip(a, tuple(dims)),
+             "A copy with the order of `dims` (increasing) reversed, in a's memory order.",
+             tags=("copy",))
+
+
+VIEWS = (reshape_view, permute, slice, squeeze, unsqueeze, expand, diagonal, unfold, as_strided,
+         aliased)
+PRIMS = {s.name: s for s in (*VIEWS, cat, flip)}
+__all__ = list(PRIMS) + ["compute_stride", "expand_strides", "unsqueeze_stride", "cat_strides"]

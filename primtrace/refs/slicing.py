@@ -1,0 +1,341 @@
+"""Slicing view refs: narrow, select, unbind, split, chunk, tensor_split, hsplit/vsplit/
+dsplit and basic indexing (``x[1:, None, ..., 2]``); and the ``*_copy`` forms of the views
+(``permute_copy``: the view copied into a new row-major tensor).
+
+Every result is a view with eager's strides (``prims.slice``, ``prims.squeeze``,
+``prims.unsqueeze``); tensor indices (bool masks, integer tensors) are left to torch.
+"""
+from __future__ import annotations
+
+import builtins
+import operator
+
+from primtrace import prims
+from primtrace.ir.strides import contiguous_strides
+from primtrace.refs import views as _views
+from primtrace.refs.core import exports, is_tensor, ref
+from primtrace.refs.creation import filled
+from primtrace.refs.shape_args import SEQUENCE, as_int, int_list, named, require_tensor, wrap
+
+
+# --- narrow, select, unbind, split ---------------------------------------------------------------
+def slice_dim(input, dim, start, stop, step=1):
+    """input[..., start:stop:step, ...] along `dim` (clamped already)."""
+    starts, stops, steps = [0] * input.ndim, list(input.shape), [1] * input.ndim
+    starts[dim], stops[dim], steps[dim] = start, stop, step
+    return prims.slice(input, tuple(starts), tuple(stops), tuple(steps))
+
+
+def select_dim(input, dim, index):
+    """input[..., index, ...] along `dim` (non-negative, in range): a view without that dim."""
+    return prims.squeeze(slice_dim(input, dim, index, index + 1), (dim,))
+
+
+def _narrow_declines(input, dim, start, length) -> bool:
+    return is_tensor(start)
+
+
+@ref(declines=_narrow_declines)
+def narrow(input, dim, start, length):
+    """input[..., start:start + length, ...] along `dim` (start may be negative): a view."""
+    require_tensor("narrow", input)
+    if input.ndim == 0:
+        raise RuntimeError("narrow() cannot be applied to a 0-dim tensor.")
+    d = wrap(as_int("narrow", "dim", dim, 2), input.ndim)
+    start, length = as_int("narrow", "start", start, 3), as_int("narrow", "length", length, 4)
+    if length < 0:
+        raise RuntimeError("narrow(): length must be non-negative.")
+    n = input.shape[d]
+    if not -n <= start <= n:
+        raise IndexError(f"start out of range (expected to be in range of [{-n}, {n}], but got "
+                         f"{start})")
+    if start < 0:
+        start += n
+    if start > n - length:
+        raise RuntimeError(f"start ({start}) + length ({length}) exceeds dimension size ({n}).")
+    return slice_dim(input, d, start, start + length)
+
+
+def _select_declines(input, dim, index) -> bool:
+    return is_tensor(index) or isinstance(dim, str)
+
+
+@ref(declines=_select_declines)
+def select(input, dim, index):
+    """input[..., index, ...] along `dim`: a view without that dim."""
+    require_tensor("select", input)
+    if input.ndim == 0:
+        raise IndexError("select() cannot be applied to a 0-dim tensor.")
+    d = wrap(as_int("select", "dim", dim, 2), input.ndim)
+    index = as_int("select", "index", index, 3)
+    n = input.shape[d]
+    if not -n <= index < n:
+        raise IndexError(f"select(): index {index} out of range for tensor of size "
+                         f"{list(input.shape)} at dimension {d}")
+    return select_dim(input, d, index % n)
+
+
+@ref(declines=named)
+def unbind(input, dim=0):
+    """The slices of `dim`, as a tuple of views without it."""
+    require_tensor("unbind", input)
+    if input.ndim == 0:
+        raise IndexError("Dimension specified as 0 but tensor has no dimensions")
+    d = wrap(as_int("unbind", "dim", dim, 2), input.ndim)
+    return tuple(select_dim(input, d, i) for i in range(input.shape[d]))
+
+
+def pieces(input, d, sizes) -> tuple:
+    """Consecutive views of `sizes` elements along `d`."""
+    out, start = [], 0
+    for size in sizes:
+        out.append(slice_dim(input, d, start, start + size))
+        start += size
+    return tuple(out)
+
+
+def split_sizes(n, size) -> list:
+    if size < 0:
+        raise RuntimeError(f"split expects split_size be non-negative, but got split_size={size}")
+    if size == 0:
+        if n != 0:
+            raise RuntimeError(f"split_size can only be 0 if dimension size is 0, but got "
+                               f"dimension size of {n}")
+        return [0]
+    return [min(size, n - i) for i in range(0, n, size)] or [0]
+
+
+@ref
+def split_with_sizes(input, split_sizes, dim=0):
+    require_tensor("split_with_sizes", input, "self")
+    if input.ndim == 0:
+        raise RuntimeError("split expects at least a 1-dimensional tensor")
+    d = wrap(as_int("split_with_sizes", "dim", dim, 3), input.ndim)
+    sizes = int_list("split_with_sizes", "split_sizes", (split_sizes,), 2)
+    n = input.shape[d]
+    for s in sizes:
+        if s < 0:
+            raise RuntimeError(f"split_with_sizes expects split_sizes have only non-negative "
+                               f"entries, but got split_sizes={list(sizes)}")
+    if builtins.sum(sizes) != n:
+        raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {n} (input "
+                           f"tensor's size at dimension {d}), but got split_sizes={list(sizes)}")
+    return pieces(input, d, sizes)
+
+
+@ref
+def split(input, split_size_or_sections, dim=0):
+    """Views of `split_size` elements along `dim` (the last may be smaller), or of the sizes
+    a list gives."""
+    require_tensor("split", input, "self")
+    if isinstance(split_size_or_sections, SEQUENCE):
+        return split_with_sizes(input, split_size_or_sections, dim)
+    if input.ndim == 0:
+        raise RuntimeError("split expects at least a 1-dimensional tensor")
+    d = wrap(as_int("split", "dim", dim, 3), input.ndim)
+    size = as_int("split", "split_size", split_size_or_sections, 2)
+    return pieces(input, d, split_sizes(input.shape[d], size))
+
+
+@ref
+def chunk(input, chunks, dim=0):
+    """At most `chunks` views of ceil(size / chunks) elements along `dim`."""
+    require_tensor("chunk", input)
+    if input.ndim == 0:
+        raise RuntimeError("chunk expects at least a 1-dimensional tensor")
+    chunks = as_int("chunk", "chunks", chunks, 2)
+    if chunks <= 0:
+        raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
+    d = wrap(as_int("chunk", "dim", dim, 3), input.ndim)
+    n = input.shape[d]
+    size = (n + chunks - 1) // chunks
+    if size == 0 and n == 0:
+        return pieces(input, d, [0] * chunks)
+    return pieces(input, d, split_sizes(n, size))
+
+
+def _tensor_split_declines(input, indices_or_sections, dim=0) -> bool:
+    return is_tensor(indices_or_sections)
+
+
+def tensor_split_views(name, input, sections, dim) -> tuple:
+    if input.ndim == 0:
+        raise RuntimeError(f"{name} expected at least a 1-dimensional tensor, but got a tensor "
+                           f"with 0 dims")
+    d = wrap(as_int(name, "dim", dim, 3), input.ndim)
+    n = input.shape[d]
+    if isinstance(sections, SEQUENCE):
+        bounds = [0, *(min(max(i if i >= 0 else i + n, 0), n)
+                       for i in int_list(name, "indices", (sections,), 2)), n]
+        return tuple(slice_dim(input, d, b, max(b, e)) for b, e in zip(bounds, bounds[1:]))
+    k = as_int(name, "sections", sections, 2)
+    if k <= 0:
+        raise RuntimeError(f"number of sections must be larger than 0, got {k}")
+    sizes = [n // k + (1 if i < n % k else 0) for i in range(k)]
+    return pieces(input, d, sizes)
+
+
+@ref(declines=_tensor_split_declines)
+def tensor_split(input, indices_or_sections, dim=0):
+    """Views: `sections` nearly equal parts, or the parts between `indices` (clamped)."""
+    require_tensor("tensor_split", input)
+    return tensor_split_views("tensor_split", input, indices_or_sections, dim)
+
+
+def _directional_split(name, min_dims, dim_of):
+    def run(input, indices_or_sections):
+        require_tensor(name, input)
+        if input.ndim < min_dims:
+            raise RuntimeError(f"torch.{name} requires a tensor with at least {min_dims} "
+                               f"dimension, but got a tensor with {input.ndim} dimensions!")
+        d = dim_of(input.ndim)
+        if not isinstance(indices_or_sections, SEQUENCE) and not is_tensor(indices_or_sections):
+            k = as_int(name, "sections", indices_or_sections, 2)
+            if k != 0 and input.shape[d] % k:
+                raise RuntimeError(f"torch.{name} attempted to split along dimension {d}, but "
+                                   f"the size of the dimension {input.shape[d]} is not divisible "
+                                   f"by the split_size {k}!")
+        return tensor_split_views("tensor_split", input, indices_or_sections, d)
+    run.__name__ = name
+    run.__doc__ = f"torch.{name}: tensor_split along dim {dim_of(2)} (of a 2-d input)."
+    return ref(run, declines=_tensor_split_declines)
+
+
+hsplit = _directional_split("hsplit", 1, lambda ndim: 1 if ndim > 1 else 0)
+vsplit = _directional_split("vsplit", 2, lambda ndim: 0)
+dsplit = _directional_split("dsplit", 3, lambda ndim: 2)
+
+
+# --- basic indexing ------------------------------------------------------------------------------
+def _basic(index) -> bool:
+    items = index if type(index) is tuple else (index,)
+    for i in items:
+        if i is None or i is Ellipsis or type(i) is builtins.slice:
+            continue
+        kind = getattr(i, "python_type", type(i))
+        if is_tensor(i) or kind is bool or not issubclass(kind, int):
+            return False
+    return True
+
+
+def _getitem_declines(input, index) -> bool:
+    items = index if type(index) is tuple else (index,)
+    return not _basic(index) or builtins.any(
+        type(i) is builtins.slice and builtins.any(is_tensor(v) for v in (i.start, i.stop, i.step))
+        for i in items)
+
+
+def _slice_bounds(s, n):
+    step = 1 if s.step is None else operator.index(s.step)
+    if step <= 0:
+        raise ValueError("step must be greater than zero")
+    start = 0 if s.start is None else operator.index(s.start)
+    stop = n if s.stop is None else operator.index(s.stop)
+    start = min(max(start + n if start < 0 else start, 0), n)
+    stop = min(max(stop + n if stop < 0 else stop, start), n)
+    return start, stop, step
+
+
+@ref(name="__getitem__", declines=_getitem_declines)
+def _getitem(input, index):
+    """Tensor.__getitem__ with ints, slices (positive steps), None and Ellipsis: applied left
+    to right as eager does (select, slice, unsqueeze), always a view. Bool and integer
+    tensor indices are left to torch."""
+    require_tensor("__getitem__", input, "self")
+    items = index if type(index) is tuple else (index,)
+    used = builtins.sum(1 for i in items if i is not None and i is not Ellipsis)
+    if builtins.sum(1 for i in items if i is Ellipsis) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    if used > input.ndim:
+        if input.ndim == 0 and len(items) == 1 and not isinstance(items[0], builtins.slice):
+            i = operator.index(items[0])
+            raise IndexError("invalid index of a 0-dim tensor. Use `tensor.item()` in Python or "
+                             "`tensor.item<T>()` in C++ to convert a 0-dim tensor to a number"
+                             if i == 0 else
+                             f"index {i} is out of bounds for dimension 0 with size 0")
+        raise IndexError(f"too many indices for tensor of dimension {input.ndim}")
+    result, dim, changed = input, 0, False
+    for i in items:
+        if i is Ellipsis:
+            dim += input.ndim - used
+        elif i is None:
+            result, dim, changed = prims.unsqueeze(result, dim), dim + 1, True
+        elif type(i) is builtins.slice:
+            n = result.shape[dim]
+            start, stop, step = _slice_bounds(i, n)
+            if (start, stop, step) != (0, n, 1):
+                result, changed = slice_dim(result, dim, start, stop, step), True
+            dim += 1
+        else:
+            i, n = operator.index(i), result.shape[dim]
+            if not -n <= i < n:
+                raise IndexError(f"index {i} is out of bounds for dimension {dim} with size {n}")
+            result, changed = select_dim(result, dim, i % n), True
+    if not changed:   # x[...], x[:]: still a new view, as eager's
+        result = prims.slice(result, (0,) * result.ndim, tuple(result.shape), (1,) * result.ndim)
+    return result
+
+
+# --- *_copy: the view as a new row-major tensor --------------------------------------------------
+def row_major_copy(x):
+    """A new tensor with x's values and exactly row-major strides (eager's
+    clone(memory_format=torch.contiguous_format), size-1 dims included)."""
+    if tuple(x.stride()) == contiguous_strides(tuple(x.shape)):
+        return prims.clone(x)
+    return prims.copy_to(filled(tuple(x.shape), 0, x.dtype, x.device), x)
+
+
+def _copy_of(view_ref):
+    name = view_ref.name + "_copy"
+
+    def run(*args, **kwargs):
+        result = view_ref(*args, **kwargs)
+        if isinstance(result, tuple):
+            return tuple(row_major_copy(r) for r in result)
+        return row_major_copy(result)
+    run.__name__ = run.__qualname__ = name
+    run.__doc__ = f"torch.{name}: {view_ref.name}'s result copied into a new row-major tensor."
+    run.__signature__ = _signature(view_ref)
+    return ref(run, name=name, declines=view_ref.declines)
+
+
+def _signature(sym):
+    import inspect
+    return inspect.signature(sym.fn)
+
+
+_VIEWS_WITH_COPIES = (_views.permute, _views.transpose, _views.t, _views.squeeze,
+                      _views.unsqueeze, _views.expand, _views.diagonal, select,
+                      unbind, split, split_with_sizes, _views.unfold, _views.as_strided)
+globals().update({v.name + "_copy": _copy_of(v) for v in _VIEWS_WITH_COPIES})
+narrow_copy = _copy_of(narrow)
+
+
+@ref
+def slice_copy(input, dim=0, start=None, end=None, step=1):
+    """torch.slice_copy: input[..., start:end:step, ...] along `dim`, as a new row-major tensor."""
+    require_tensor("slice_copy", input)
+    if input.ndim == 0:
+        raise IndexError("slice() cannot be applied to a 0-dim tensor.")
+    d = wrap(as_int("slice_copy", "dim", dim, 2), input.ndim)
+    step = as_int("slice_copy", "step", step, 5)
+    if step <= 0:
+        raise RuntimeError("slice step must be positive")
+    n = input.shape[d]
+    b, e, step = _slice_bounds(builtins.slice(start, end, step), n)
+    return row_major_copy(slice_dim(input, d, b, e, step))
+
+
+@ref
+def alias_copy(input):
+    """torch.alias_copy: the tensor itself, copied into a new row-major tensor."""
+    require_tensor("alias_copy", input)
+    return row_major_copy(input)
+
+
+view_copy = ref(lambda input, size: row_major_copy(_views.reshape(input, size)), name="view_copy",
+                declines=_views.view_declines)   # eager's view_copy reshapes: no view error
+
+__all__ = exports(globals())
+globals()["__getitem__"] = _getitem   # Tensor.__getitem__ is found by its own name
+__all__.append("__getitem__")
