@@ -301,6 +301,12 @@ SPECS = [
 ]
 
 
+#: the refs.nn.functional names these suites cover (embedding: test_linalg_indexing;
+#: feature_dropout, training-mode dropouts: test_random)
+NN_NAMES = [s.name for s in SPECS if not s.name.startswith("native_")] + [
+    "embedding", "feature_dropout"]
+
+
 @pytest.mark.filterwarnings("ignore")
 @pytest.mark.parametrize("spec", SPECS, ids=str)
 def test_conformance(spec):
