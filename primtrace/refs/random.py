@@ -140,6 +140,18 @@ def bernoulli(input, p=None, *, generator=None, out=None):
     return _draw(prims.bernoulli, input.shape, p, dtype=input.dtype, device=input.device)
 
 
+def _feature_dropout_declines(input, p, train):
+    return is_tensor(input) and not input.dtype.is_floating_point and bool(train)
+
+
+@ref(declines=_feature_dropout_declines)
+def feature_dropout(input, p, train):
+    """torch.feature_dropout (F.dropout2d's kernel): dropout with one draw per (sample,
+    channel)."""
+    from primtrace.refs.nn.composites import _dropout
+    return _dropout("feature_dropout", input, p, train, False, alpha=False, feature=True)
+
+
 # --- in-place fills --------------------------------------------------------------------------
 def _fill(name, prim, defaults):
     params = list(defaults)

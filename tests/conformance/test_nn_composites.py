@@ -302,9 +302,8 @@ SPECS = [
 
 
 #: the refs.nn.functional names these suites cover (embedding: test_linalg_indexing;
-#: feature_dropout, training-mode dropouts: test_random)
-NN_NAMES = [s.name for s in SPECS if not s.name.startswith("native_")] + [
-    "embedding", "feature_dropout"]
+#: the dropouts in training: test_random)
+NN_NAMES = [s.name for s in SPECS if not s.name.startswith("native_")] + ["embedding"]
 
 
 @pytest.mark.filterwarnings("ignore")
@@ -369,7 +368,7 @@ def test_jit_batch_norm_module_updates_its_buffers():
 TORCH_NAMES = [
     (F.linear, RF.linear), (F.glu, RF.glu), (F.dropout, RF.dropout), (torch.dropout, RF.dropout),
     (F.alpha_dropout, RF.alpha_dropout), (F.feature_alpha_dropout, RF.feature_alpha_dropout),
-    (torch.feature_dropout, RF.feature_dropout),
+    (torch.feature_dropout, refs.feature_dropout),
     (F.scaled_dot_product_attention, RF.scaled_dot_product_attention),
     (F.batch_norm, RF.batch_norm), (torch.batch_norm, refs.batch_norm), (F.group_norm, RF.group_norm),
     (torch.group_norm, RF.group_norm), (F.cosine_similarity, RF.cosine_similarity),

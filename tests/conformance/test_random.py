@@ -111,7 +111,7 @@ DROPOUTS = {
     "alpha_dropout": (lambda x: RF.alpha_dropout(x, 0.2, True), lambda x: F.alpha_dropout(x, 0.2, True)),
     "feature_alpha_dropout": (lambda x: RF.feature_alpha_dropout(x, 0.4, True),
                               lambda x: F.feature_alpha_dropout(x, 0.4, True)),
-    "dropout2d": (lambda x: RF.feature_dropout(x, 0.5, True), lambda x: F.dropout2d(x, 0.5)),
+    "dropout2d": (lambda x: refs.feature_dropout(x, 0.5, True), lambda x: F.dropout2d(x, 0.5)),
 }
 
 

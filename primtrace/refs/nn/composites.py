@@ -223,12 +223,6 @@ def feature_alpha_dropout(input, p=0.5, training=False, inplace=False):
                     feature=True)
 
 
-@ref(module=MODULE, declines=_dropout_declines)
-def feature_dropout(input, p=0.5, training=True, inplace=False):
-    """dropout with one draw per (sample, channel): torch.feature_dropout (dropout2d's)."""
-    return _dropout("feature_dropout", input, p, training, inplace, alpha=False, feature=True)
-
-
 # --- scaled_dot_product_attention ----------------------------------------------------------------
 def _sdpa_declines(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
                    scale=None, enable_gqa=False) -> bool:
