@@ -11,7 +11,7 @@ import primtrace
 
 def scaled_softplus(x, scale):
     y = torch.nn.functional.softplus(x) * scale
-    return y.cumsum(0) + x.abs()      # cumsum is not elementwise: no ref, runs as torch
+    return y.logcumsumexp(0) + x.abs()  # logcumsumexp has no ref: it runs as torch
 
 
 if __name__ == "__main__":

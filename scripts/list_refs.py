@@ -34,6 +34,7 @@ MODULES = (  # (ref module, its torch namespaces, most specific first)
     ("primtrace.refs", ("torch", "torch.Tensor", "torch.nn.functional")),
     ("primtrace.refs.special", ("torch.special",)),
     ("primtrace.refs.nn.functional", ("torch.nn.functional",)),
+    ("primtrace.refs.linalg", ("torch.linalg",)),
 )
 #: Values tried for a required parameter that is not a tensor (threshold's value, n, ...).
 NUMBER_GUESSES = (1, 0.5)
@@ -82,6 +83,30 @@ EXAMPLES = {
     **{f"conv_transpose{n}d": [T((1, 2) + (4,) * n), T((2, 3) + (2,) * n)] for n in (1, 2, 3)},
     **{f"{pool}{n}d": [T((1, 2) + (4,) * n), 2] for n in (1, 2, 3)
        for pool in ("max_pool", "avg_pool", "adaptive_avg_pool", "adaptive_max_pool")},
+    # products, indexing, random: operands of matching shapes, int64 indices
+    **dict.fromkeys(("matmul", "mm", "dsmm"), [T((2, 3)), T((3, 4))]),
+    "bmm": [T((2, 2, 3)), T((2, 3, 4))], "mv": [T((2, 3)), T((3,))],
+    **dict.fromkeys(("dot", "vdot"), [T((3,)), T((3,))]),
+    **dict.fromkeys(("outer", "ger"), [T((2,)), T((3,))]),
+    "addmm": [T((2, 4)), T((2, 3)), T((3, 4))], "addmv": [T((2,)), T((2, 3)), T((3,))],
+    "addr": [T((2, 3)), T((2,)), T((3,))], "baddbmm": [T((2, 2, 4)), T((2, 2, 3)), T((2, 3, 4))],
+    "addbmm": [T((2, 4)), T((2, 2, 3)), T((2, 3, 4))],
+    "batch_norm": [T((2, 3)), T((3,)), T((3,)), T((3,)), T((3,)), False, 0.1, 1e-5],
+    "bernoulli": [T((2, 3)), 0.5], "rand": [2, 3], "randn": [2, 3], "geometric_": [T((2, 3)), 0.5],
+    "renorm_": [T((2, 3)), 2, 0, 1.0], "bucketize": [T((2, 3)), T((4,))], "glu": [T((2, 4))],
+    "nll_loss": [T((2, 3)), T((2,), torch.int64)],
+    "index_select": [T((2, 3)), 0, T((2,), torch.int64)],
+    "gather": [T((2, 3)), 1, T((2, 2), torch.int64)],
+    "take_along_dim": [T((2, 3)), T((2, 1), torch.int64), 1],
+    **dict.fromkeys(("scatter", "scatter_", "scatter_add", "scatter_add_"),
+                    [T((2, 3)), 1, T((2, 2), torch.int64), T((2, 2))]),
+    **dict.fromkeys(("scatter_reduce", "scatter_reduce_"),
+                    [T((2, 3)), 1, T((2, 2), torch.int64), T((2, 2)), "sum"]),
+    **dict.fromkeys(("index_add", "index_add_", "index_copy", "index_copy_"),
+                    [T((2, 3)), 0, T((2,), torch.int64), T((2, 3))]),
+    **dict.fromkeys(("index_fill", "index_fill_"), [T((2, 3)), 0, T((2,), torch.int64), 0.5]),
+    "native_layer_norm": [T((2, 3)), (3,), T((3,)), T((3,)), 1e-5],
+    "native_group_norm": [T((2, 4, 3)), T((4,)), T((4,)), 2, 4, 3, 2, 1e-5],
 }
 
 

@@ -64,10 +64,9 @@ def test_by_callable_matches_eager_and_runs_through_primtrace():
     assert isinstance(graph, CompiledGraph) and graph.fallback_reason is None
     acquisition, prims, _, execution = dynamo_backend.last_traces()
     names = {n.symbol.qualname for n in acquisition.nodes}
-    # elementwise ops and layer_norm became refs; linear stays torch's (opaque) call
+    # elementwise ops, layer_norm and linear became refs
     assert {"refs.nn.functional.gelu", "refs.add", "refs.sigmoid", "refs.mul",
-            "refs.nn.functional.layer_norm"} <= names
-    assert "torch.nn.functional.linear" in names
+            "refs.nn.functional.layer_norm", "refs.nn.functional.linear"} <= names
     assert "prim" in node_kinds(prims) and "ref" not in node_kinds(prims)
     # parameters are trace inputs (Dynamo lifts them), named readably
     assert {"up_weight", "down_bias", "norm_weight"} <= {p.name for p in acquisition.inputs}
@@ -203,8 +202,8 @@ def test_aten_ops_reach_refs():
     assert_matches(graph(x, y), f(x, y))
     acquisition = graph.last_traces()[0]
     kinds = {n.symbol.name: n.symbol.kind for n in acquisition.nodes}
-    assert kinds["add"] == kinds["gelu"] == kinds["mul"] == "ref"
-    assert [k for k in kinds.values() if k == "opaque"] == ["opaque"]  # aten.mm stays torch's
+    assert kinds["add"] == kinds["gelu"] == kinds["mul"] == kinds["mm"] == "ref"
+    assert "opaque" not in kinds.values()
 
 
 def test_call_method_and_operator_targets():

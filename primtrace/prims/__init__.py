@@ -7,7 +7,11 @@ the contract check on real tensors, and a torch implementation.
 """
 from primtrace.prims import dtype_views as _dtype_views
 from primtrace.prims import elementwise as _elementwise
+from primtrace.prims import indexing as _indexing
 from primtrace.prims import library as _library
+from primtrace.prims import linalg as _linalg
+from primtrace.prims import random as _random
+from primtrace.prims import scans as _scans
 from primtrace.prims import reductions as _reductions
 from primtrace.prims import structural as _structural
 from primtrace.prims import views as _views
@@ -21,6 +25,10 @@ from primtrace.prims.structural import full_like, full_strided  # noqa: F401
 from primtrace.prims.dtype_views import libm_pow, view_as_complex, view_as_real  # noqa: F401
 from primtrace.prims.reductions import amax, amin, prod, var  # noqa: F401
 from primtrace.prims.reductions import sum  # noqa: F401
+from primtrace.prims.indexing import *  # noqa: F401,F403
+from primtrace.prims.linalg import *  # noqa: F401,F403
+from primtrace.prims.random import *  # noqa: F401,F403
+from primtrace.prims.scans import *  # noqa: F401,F403
 from primtrace.prims.views import (aliased, as_strided, cat, diagonal, expand, flip,  # noqa: F401
                                    permute, reshape_view, slice, squeeze, unfold, unsqueeze)
 from primtrace.prims.library import *  # noqa: F401,F403  (convolution, pooling)
@@ -29,5 +37,6 @@ from primtrace.prims.library import *  # noqa: F401,F403  (convolution, pooling)
 ALL_PRIMS = {**_elementwise.PRIMS, **_structural.PRIMS, **_reductions.PRIMS, **_dtype_views.PRIMS,
              **_views.PRIMS, **_library.PRIMS,
              "check_fits": check_fits}
+ALL_PRIMS.update({**_linalg.PRIMS, **_indexing.PRIMS, **_scans.PRIMS, **_random.PRIMS})
 UNARY = [row[0] for row in _elementwise.UNARY]
 BINARY = [row[0] for row in _elementwise.BINARY]

@@ -36,6 +36,7 @@ REF_MODULES = {
     "Tensor": ("primtrace.refs", "primtrace.refs.nn.functional", "primtrace.refs.special"),
     "special": ("primtrace.refs.special", "primtrace.refs"),
     "nn.functional": ("primtrace.refs.nn.functional", "primtrace.refs"),
+    "linalg": ("primtrace.refs.linalg",),
 }
 
 #: operator dunder -> torch name (reflected __rX__ and in-place __iX__ derive from these).

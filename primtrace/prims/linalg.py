@@ -1,0 +1,90 @@
+"""The linear-algebra prim: matmul, one prim for dot, mv, mm, bmm and broadcast batched
+matmul (a transposed operand, x @ w.T, is a ``prims.permute`` view).
+
+Strict, as every prim: the operands share dtype and device (no promotion); the refs check
+eager's per-op shapes and messages first (mm wants matrices, dot vectors). matmul runs as
+torch.matmul (BLAS) in every executor, so its values are eager's own; its result is
+contiguous, as eager's is for every operand layout.
+"""
+from __future__ import annotations
+
+import torch
+
+from primtrace import dtypes
+from primtrace.ir.proxy import TensorSpec
+from primtrace.ir.strides import contiguous_strides
+from primtrace.ir.symbol import Symbol, SymbolKind
+from primtrace.prims.meta import PrimContractError, is_tensor
+
+
+def _prim(name, meta, impl, tags, doc):
+    return Symbol(name, kind=SymbolKind.PRIM, meta=meta, impl=impl, tags=frozenset(tags),
+                  module="prims", doc=doc)
+
+
+def matmul_shape(a_shape, b_shape) -> tuple:
+    """torch.matmul's result shape; RuntimeError with eager's message on a mismatch."""
+    if not a_shape or not b_shape:
+        raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are "
+                           f"{len(a_shape)}D and {len(b_shape)}D")
+    k_a = a_shape[-1]
+    k_b = b_shape[0] if len(b_shape) == 1 else b_shape[-2]
+    if len(a_shape) == 1 and len(b_shape) == 1:
+        if k_a != k_b:
+            raise RuntimeError(f"inconsistent tensor size, expected tensor [{k_a}] and src "
+                               f"[{k_b}] to have the same number of elements, but got {k_a} "
+                               f"and {k_b} elements respectively")
+        return ()
+    if k_a != k_b:
+        rows = a_shape[-2] if len(a_shape) > 1 else 1
+        cols = b_shape[-1] if len(b_shape) > 1 else 1
+        lhs = f"{_numel(a_shape[:-1]) if len(a_shape) > 2 else rows}x{k_a}"
+        rhs = f"{k_b}x{cols}"
+        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({lhs} and {rhs})")
+    batch_a, batch_b = a_shape[:-2], b_shape[:-2]
+    ndim = max(len(batch_a), len(batch_b))
+    batch = []
+    for i in range(-ndim, 0):
+        x = batch_a[i] if -i <= len(batch_a) else 1
+        y = batch_b[i] if -i <= len(batch_b) else 1
+        if x != y and 1 not in (x, y):
+            raise RuntimeError(f"The size of tensor a ({x}) must match the size of tensor b "
+                               f"({y}) at non-singleton dimension {ndim + i}")
+        batch.append(y if x == 1 else x)
+    rows = (a_shape[-2],) if len(a_shape) > 1 else ()
+    cols = (b_shape[-1],) if len(b_shape) > 1 else ()
+    return (*batch, *rows, *cols)
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _matmul_meta(a, b):
+    if not (is_tensor(a) and is_tensor(b)):
+        raise PrimContractError("prims.matmul: expected two tensors")
+    if a.dtype != b.dtype:
+        raise PrimContractError(f"prims.matmul: operands must share a dtype, got {a.dtype} "
+                                f"and {b.dtype}")
+    if a.device != b.device:
+        raise PrimContractError(f"prims.matmul: operands must share a device, got {a.device} "
+                                f"and {b.device}")
+    runs = a.numel() and b.numel()  # eager's kernel does not run (nor refuse) on nothing
+    if runs and (a.dtype is torch.bool or (a.device.type != "cpu" and not (
+            a.dtype.is_floating_point or a.dtype.is_complex))):
+        raise NotImplementedError(f"\"matmul\" not implemented for "
+                                  f"'{dtypes.scalar_type_name(a.dtype)}'")
+    shape = matmul_shape(tuple(a.shape), tuple(b.shape))
+    return TensorSpec(shape, a.dtype, a.device, contiguous_strides(shape))
+
+
+matmul = _prim("matmul", _matmul_meta, torch.matmul, ("linalg",),
+               "torch.matmul of two tensors of one dtype: dot (1-d, 1-d), mv, mm, bmm and "
+               "broadcast batched products; a contiguous result.")
+
+
+PRIMS = {s.name: s for s in (matmul,)}
+__all__ = list(PRIMS)

@@ -1,0 +1,198 @@
+"""torch.linalg refs (``refs.linalg``, found for torch.linalg.<name> by name): vector_norm,
+matrix_norm, norm, vecdot, cross, and matmul (torch.matmul's ref).
+
+The norms reduce |x| in the opmath dtype (float32 for float16/bfloat16, as eager's kernel
+accumulates) and round once to the real dtype of the input (or of ``dtype=``, converted to
+first, which may not narrow): inf/-inf are amax/amin, 0 counts nonzeros, 1 sums, 2 is the
+square root of the sum of squares, any other p is (sum |x|^p)^(1/p). matrix_norm computes
+'fro', 1, -1, inf and -inf; the spectral norms (2, -2, 'nuc') need singular values and
+are declined: the tracer leaves them to torch.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from primtrace import dtypes, prims
+from primtrace.refs import products as M
+from primtrace.refs.core import exports, is_tensor, maybe_convert, ref
+from primtrace.refs.reductions import keep_dims, reduction_dims, wrap_dim
+from primtrace.refs.scalars import concrete, type_name
+
+MODULE = "refs.linalg"
+matmul = M.matmul
+SPECTRAL = (2, -2, "nuc")
+
+
+def _float_input(name, x):
+    if not (x.dtype.is_floating_point or x.dtype.is_complex):
+        raise RuntimeError(f"{name}: Expected a floating point or complex tensor as input. Got "
+                           f"{dtypes.scalar_type_name(x.dtype)}")
+
+
+def _with_dtype(name, x, dtype):
+    """x converted to dtype= (eager refuses a narrowing conversion)."""
+    if dtype is None:
+        return x
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"{name}(): argument 'dtype' must be torch.dtype, not {type_name(dtype)}")
+    if dtypes.promote_types(x.dtype, dtype) != dtype:
+        raise RuntimeError(f"{name}: the dtype of the input ({dtypes.scalar_type_name(x.dtype)}) "
+                           f"should be convertible without narrowing to the specified dtype "
+                           f"({dtypes.scalar_type_name(dtype)})")
+    return maybe_convert(x, dtype)
+
+
+def _ord(name, ord):
+    kind = getattr(ord, "python_type", type(ord))
+    if not issubclass(kind, (int, float)):
+        raise TypeError(f"{name}(): argument 'ord' (position 2) must be Number, not "
+                        f"{type_name(ord)}")
+    return float(concrete(ord))
+
+
+def p_norm(x, dims, p, result):
+    """The p-norm of x over dims (a tuple; empty: every element on its own), rounded to
+    `result`."""
+    a = prims.abs(x) if (x.dtype.is_complex or not dtypes.is_integer(x.dtype)) else x
+    a = maybe_convert(a, dtypes.opmath(dtypes.to_real(x.dtype)))
+    if p == math.inf:
+        y = prims.amax(a, dims)
+    elif p == -math.inf:
+        y = prims.amin(a, dims)
+    elif p == 0:
+        y = prims.sum(maybe_convert(prims.ne(a, 0), a.dtype), dims)
+    elif p == 1:
+        y = prims.sum(a, dims)
+    elif p == 2:
+        y = prims.sqrt(prims.sum(prims.mul(a, a), dims))
+    else:
+        y = prims.pow(prims.sum(prims.pow(a, p), dims), 1.0 / p)
+    return maybe_convert(y, result)
+
+
+def vector_norm_of(name, x, ord, dim, keepdim, dtype):
+    _float_input(name, x)
+    p = _ord(name, ord)
+    x = _with_dtype(name, x, dtype)
+    dims = reduction_dims(name, x, dim)
+    if (p < 0 or p == math.inf) and x.numel() == 0:
+        if dim is None or any(x.shape[d] == 0 for d in dims):
+            what = "inf" if p == math.inf else "-inf" if p == -math.inf else f"{ord}"
+            raise RuntimeError(f"{name} cannot compute the {what} norm on an empty tensor "
+                               f"because the operation does not have an identity")
+    y = p_norm(x, dims, p, dtypes.to_real(x.dtype))
+    return keep_dims(y, x, dims, keepdim)
+
+
+@ref(module=MODULE, declines=M.declines_out)
+def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None, out=None):
+    """The ord-norm of x over dim (all dims for None), real, in x's (or dtype='s) precision."""
+    M.require_tensors("linalg_vector_norm", x=x)
+    M.no_out("linalg.vector_norm", out)
+    return vector_norm_of("linalg.vector_norm", x, ord, dim, keepdim, dtype)
+
+
+def _spectral_declines(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=None):
+    return out is not None or ord in SPECTRAL
+
+
+def _matrix_dims(name, A, dim):
+    if A.ndim < 2:
+        raise RuntimeError(f"{name}: The input tensor A must have at least 2 dimensions.")
+    if not isinstance(dim, (tuple, list)) or len(dim) != 2:
+        raise RuntimeError(f"{name}: dim must be a 2-tuple. Got "
+                           f"{' '.join(str(d) for d in (dim if isinstance(dim, (tuple, list)) else [dim]))}")
+    d0, d1 = (wrap_dim(int(concrete(d)), A.ndim) for d in dim)
+    if d0 == d1:
+        raise RuntimeError(f"{name}: dims must be different. Got ({dim[0]}, {dim[1]})")
+    return d0, d1
+
+
+def matrix_norm_of(name, A, ord, dim, keepdim, dtype):
+    d0, d1 = _matrix_dims(name, A, dim)
+    _float_input(name, A)
+    if ord in SPECTRAL:
+        raise NotImplementedError(f"primtrace: {name}(ord={ord!r}) needs singular values; torch "
+                                  "runs it")
+    if isinstance(ord, str):
+        if ord != "fro":
+            raise RuntimeError(f"{name}: Order {ord} not supported.")
+        return vector_norm_of(name, A, 2, (d0, d1), keepdim, dtype)
+    p = _ord(name, ord)
+    if p not in (1, -1, math.inf, -math.inf):
+        raise RuntimeError(f"{name}: Order {ord} not supported.")
+    x = _with_dtype(name, A, dtype)
+    if x.numel() == 0 and p in (-1, -math.inf) or (x.numel() == 0 and any(
+            x.shape[d] == 0 for d in (d0, d1))):
+        raise RuntimeError(f"{name}: cannot compute the {ord} norm of an empty matrix")
+    # 1: the largest column sum (sum over rows d0, then max over d1); inf: the transpose
+    inner, outer = (d0, d1) if abs(p) == 1 else (d1, d0)
+    sums = p_norm(x, (inner,), 1.0, dtypes.opmath(dtypes.to_real(x.dtype)))
+    y = (prims.amax if p > 0 else prims.amin)(sums, (outer - (outer > inner),))
+    y = keep_dims(y, x, tuple(sorted((d0, d1))), keepdim)
+    return maybe_convert(y, dtypes.to_real(x.dtype))
+
+
+@ref(module=MODULE, declines=_spectral_declines)
+def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=None):
+    """'fro', 1, -1, inf or -inf norm of the matrices over dim (2, -2, 'nuc' declined)."""
+    M.require_tensors("linalg_matrix_norm", A=A)
+    M.no_out("linalg.matrix_norm", out)
+    return matrix_norm_of("linalg.matrix_norm", A, ord, dim, keepdim, dtype)
+
+
+def _norm_declines(A, ord=None, dim=None, keepdim=False, *, dtype=None, out=None):
+    return out is not None or ord in SPECTRAL and is_tensor(A) and (
+        (dim is None and A.ndim == 2) or (isinstance(dim, (tuple, list)) and len(dim) == 2))
+
+
+@ref(module=MODULE, declines=_norm_declines)
+def norm(A, ord=None, dim=None, keepdim=False, *, dtype=None, out=None):
+    """linalg.norm: a vector norm for a 1-d dim (or ord None and dim None: all elements), a
+    matrix norm for a 2-d dim (or ord given and a 2-d input)."""
+    M.require_tensors("linalg_norm", A=A)
+    M.no_out("linalg.norm", out)
+    if isinstance(dim, int):
+        dim = (dim,)
+    if dim is None and ord is not None:
+        if A.ndim not in (1, 2):
+            raise RuntimeError(f"linalg.norm: If dim is not specified but ord is, the input "
+                               f"must be 1D or 2D. Got {A.ndim}D.")
+        dim = tuple(range(A.ndim))
+    if dim is not None and len(dim) == 2:
+        return matrix_norm_of("linalg.matrix_norm", A, "fro" if ord is None else ord, dim,
+                              keepdim, dtype)
+    if isinstance(ord, str):  # a matrix norm's name with a vector's dim
+        raise RuntimeError(f"linalg.matrix_norm: dim must be a 2-tuple. Got "
+                           f"{' '.join(str(d) for d in (dim or ()))}")
+    return vector_norm_of("linalg.vector_norm", A, 2 if ord is None else ord, dim, keepdim,
+                          dtype)
+
+
+@ref(module=MODULE, declines=M.declines_out)
+def vecdot(x, y, *, dim=-1, out=None):
+    """sum(conj(x) * y) over dim, broadcast; float and complex tensors of one dtype."""
+    M.require_tensors("linalg_vecdot", x=x, y=y)
+    M.no_out("linalg.vecdot", out)
+    _float_input("linalg.vecdot", x)
+    if x.dtype != y.dtype:
+        raise RuntimeError(f"linalg.vecdot: Expected x and y to have the same dtype, but found x "
+                           f"of type {dtypes.scalar_type_name(x.dtype)} and y of type "
+                           f"{dtypes.scalar_type_name(y.dtype)} instead")
+    from primtrace.refs.arithmetic import mul
+    from primtrace.refs.reductions import sum as sum_ref
+    from primtrace.refs.unary import conj
+    return sum_ref(mul(conj(x), y), dim)
+
+
+@ref(module=MODULE, declines=M.declines_out)
+def cross(input, other, *, dim=-1, out=None):
+    """The cross product along dim (size 3), broadcast; tensors of one dtype and rank."""
+    M.require_tensors("linalg_cross", input=input, other=other)
+    M.no_out("linalg.cross", out)
+    return M.cross_product("linalg.cross", input, other, dim)
+
+
+__all__ = exports(globals(), MODULE) + ["matmul"]

@@ -1,0 +1,501 @@
+"""torch.nn.functional's composite layers: linear, embedding, glu, the dropouts,
+scaled_dot_product_attention, batch_norm, group_norm, cosine_similarity, pairwise_distance
+and pdist (exported by ``refs.nn.functional``; torch.<name> finds the ones whose torch
+signature is F's).
+
+Each follows eager's decomposition: linear is addmm for a 2-d input with a bias (float16/
+bfloat16 computed in float32, rounded once), else matmul then the bias added; embedding is
+one ``prims.index_select`` of rows (padding_idx only matters to gradients); the dropouts
+draw their noise as eager does (``prims.bernoulli`` on torch's generator, in the input's
+memory order, so on the CPU a seed gives eager's mask; eager's CUDA dropout is a fused
+kernel with its own draws) and return input itself when not training;
+scaled_dot_product_attention is q @ k^T * scale, masked, softmax, @ v in the opmath dtype
+(dropout_p > 0 and enable_gqa are declined); the norms compute their statistics in the
+opmath dtype with eager's scale-and-shift form, and batch_norm in training updates the
+running statistics in place (unbiased variance), as eager does.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from primtrace import dtypes, prims
+from primtrace.refs import products as P
+from primtrace.refs.core import broadcast, broadcast_shapes, exports, is_tensor, maybe_convert, ref
+from primtrace.refs.reductions import wrap_dim
+from primtrace.refs.scalars import concrete, type_name
+
+MODULE = "refs.nn.functional"
+
+
+def _tensors(name, **named):
+    for position, (pname, t) in enumerate(named.items()):
+        if not is_tensor(t):
+            raise TypeError(f"{name}(): argument '{pname}' (position {position + 1}) must be "
+                            f"Tensor, not {type_name(t)}")
+
+
+def _contiguous(t) -> bool:
+    expected = 1
+    for size, stride in reversed(list(zip(t.shape, t.stride()))):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+# --- linear, embedding, glu ------------------------------------------------------------------
+@ref(module=MODULE)
+def linear(input, weight, bias=None):
+    """input @ weight.T + bias (eager: addmm for 2-d and most contiguous inputs with a bias,
+    else matmul, then the bias added)."""
+    _tensors("linear", input=input, weight=weight)
+    if input.ndim == 0 or weight.ndim == 0:
+        raise RuntimeError(f"both arguments to linear need to be at least 1D, but they are "
+                           f"{input.ndim}D and {weight.ndim}D")
+    w = P.transpose(weight)
+    # eager's fused addmm path: 2-d inputs, and contiguous ones (3-d, or with a 1-d bias)
+    fused = bias is not None and (input.ndim == 2 or _contiguous(input) and (
+        input.ndim == 3 or bias.ndim == 1))
+    if fused and weight.ndim == 2:
+        if input.dtype != weight.dtype:
+            raise RuntimeError(f"mat1 and mat2 must have the same dtype, but got "
+                               f"{dtypes.scalar_type_name(input.dtype)} and "
+                               f"{dtypes.scalar_type_name(weight.dtype)}")
+        if bias.dtype != weight.dtype:
+            raise RuntimeError(f"self and mat2 must have the same dtype, but got "
+                               f"{dtypes.scalar_type_name(bias.dtype)} and "
+                               f"{dtypes.scalar_type_name(weight.dtype)}")
+        if input.shape[-1] != weight.shape[1]:
+            rows = math.prod(input.shape[:-1])
+            raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({rows}x"
+                               f"{input.shape[-1]} and {weight.shape[1]}x{weight.shape[0]})")
+        P._not_bool("addmm_impl_cpu_", input)
+        shape = (*input.shape[:-1], weight.shape[0])
+        P._check_input_shape(bias, shape)
+        return P.scaled_sum(bias, prims.matmul, (input, w), 1, 1, shape, input.dtype)
+    y = P.matmul(input, w)
+    if bias is None:
+        return y
+    from primtrace.refs.arithmetic import add
+    from primtrace.refs.out import check_can_cast
+    total = add(y, bias)  # eager: matmul(...).add_(bias): the product's dtype and shape stay
+    check_can_cast(total.dtype, y.dtype)
+    if tuple(total.shape) != tuple(y.shape):
+        raise RuntimeError(f"output with shape {list(y.shape)} doesn't match the broadcast "
+                           f"shape {list(total.shape)}")
+    return maybe_convert(total, y.dtype)
+
+
+def _embedding_declines(input, weight, padding_idx=None, max_norm=None, *args, **kwargs):
+    return max_norm is not None
+
+
+@ref(module=MODULE, declines=_embedding_declines)
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
+              scale_grad_by_freq=False, sparse=False):
+    """weight's rows at the indices of input: shape input.shape + (embedding_dim,).
+    max_norm (which renormalizes weight in place) is declined."""
+    _tensors("embedding", input=input, weight=weight)
+    if padding_idx is not None:
+        if padding_idx > 0:
+            assert padding_idx < weight.shape[0], "Padding_idx must be within num_embeddings"
+        elif padding_idx < 0:
+            assert padding_idx >= -weight.shape[0], "Padding_idx must be within num_embeddings"
+    if max_norm is not None:
+        raise NotImplementedError("primtrace: embedding(max_norm=) renormalizes weight in place; "
+                                  "torch runs it")
+    return embedding_rows(weight, input)
+
+
+def embedding_rows(weight, indices):
+    if weight.ndim != 2:
+        raise RuntimeError("'weight' must be 2-D")
+    if indices.dtype not in (torch.int64, torch.int32):
+        raise RuntimeError(f"Expected tensor for argument #1 'indices' to have one of the "
+                           f"following scalar types: Long, Int; but got "
+                           f"{_legacy_type(indices.dtype)} instead (while checking arguments "
+                           f"for embedding)")
+    return prims.index_select(weight, 0, indices)
+
+
+def _legacy_type(dtype) -> str:
+    return f"torch.{dtypes.scalar_type_name(dtype)}Tensor"
+
+
+@ref(module=MODULE)
+def glu(input, dim=-1):
+    """a * sigmoid(b), a and b the halves of input along dim; opmath, rounded once."""
+    _tensors("glu", input=input)
+    if input.ndim == 0:
+        raise RuntimeError("glu does not support scalars because halving size must be even")
+    d = wrap_dim(int(concrete(dim)), input.ndim)
+    n = input.shape[d]
+    if n % 2:
+        raise RuntimeError(f"Halving dimension must be even, but dimension {d} is size {n}")
+    if not input.dtype.is_floating_point:
+        raise NotImplementedError(f"\"glu_cpu\" not implemented for "
+                                  f"'{dtypes.scalar_type_name(input.dtype)}'")
+    x = maybe_convert(input, dtypes.opmath(input.dtype))
+    half = n // 2
+    a = prims.index_select(x, d, prims.iota(half, start=0, step=1, dtype=torch.int64,
+                                            device=x.device))
+    b = prims.index_select(x, d, prims.iota(half, start=half, step=1, dtype=torch.int64,
+                                            device=x.device))
+    gate = prims.div(1.0, prims.add(prims.exp(prims.neg(b)), 1.0))
+    return maybe_convert(prims.mul(a, gate), input.dtype)
+
+
+# --- dropout ---------------------------------------------------------------------------------
+ALPHA = 1.7580993408473766  # SELU's alpha * scale: alpha_dropout keeps SELU's statistics
+
+
+def _dropout_declines(input, p=0.5, training=True, inplace=False) -> bool:
+    return is_tensor(input) and not input.dtype.is_floating_point and bool(training)
+
+
+def _dropout(name, input, p, training, inplace, *, alpha, feature):
+    _tensors(name, input=input)
+    p = float(concrete(p))
+    if p < 0.0 or p > 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not training or p == 0 or input.numel() == 0:
+        return input
+    if not input.dtype.is_floating_point:
+        raise NotImplementedError(f"primtrace: {name} of {input.dtype} has no ref; torch runs it")
+    if feature and input.ndim < 2:
+        raise RuntimeError("Feature dropout requires at least 2 dimensions in the input")
+    if p == 1:
+        y = prims.mul(input, 0)
+    else:
+        y = _noisy(input, p, alpha, feature)
+    if inplace:
+        from primtrace.refs.out import copy_to_self
+        return copy_to_self(input, y, (input,))
+    return y
+
+
+def _noisy(input, p, alpha, feature):
+    """input * noise (+ b for alpha dropout), the noise drawn as eager draws it."""
+    shape = tuple(input.shape)
+    if feature:  # one draw per (sample, channel): eager's contiguous (N, C, 1, ...) noise
+        noise_shape = (shape[0], shape[1], *(1,) * (len(shape) - 2))
+        strides = None
+    else:
+        noise_shape = shape
+        strides = prims.elementwise_strides(shape, [tuple(input.stride())])
+    from primtrace.refs.creation import as_nodes
+    with as_nodes():  # a node that draws on every call, never a trace-time constant
+        noise = prims.bernoulli(noise_shape, 1 - p, dtype=input.dtype, device=input.device,
+                                strides=strides)
+    b = None
+    if alpha:
+        a = 1.0 / math.sqrt((ALPHA * ALPHA * p + 1) * (1 - p))
+        b = prims.add(prims.mul(prims.sub(noise, 1), ALPHA * a), ALPHA * a * p)
+        noise = prims.mul(noise, a)
+    else:
+        noise = prims.div(noise, 1 - p)
+    if feature:
+        noise = broadcast(noise, shape)
+        b = broadcast(b, shape) if b is not None else None
+    y = prims.mul(input, noise)
+    return prims.add(y, b) if b is not None else y
+
+
+@ref(module=MODULE, declines=_dropout_declines)
+def dropout(input, p=0.5, training=True, inplace=False):
+    """Training: input * bernoulli(1 - p) / (1 - p); otherwise input itself."""
+    return _dropout("dropout", input, p, training, inplace, alpha=False, feature=False)
+
+
+@ref(module=MODULE, declines=_dropout_declines)
+def alpha_dropout(input, p=0.5, training=False, inplace=False):
+    """Training: SELU-preserving dropout (dropped values go to SELU's negative saturation,
+    then an affine correction); otherwise input itself."""
+    return _dropout("alpha_dropout", input, p, training, inplace, alpha=True, feature=False)
+
+
+@ref(module=MODULE, declines=_dropout_declines)
+def feature_alpha_dropout(input, p=0.5, training=False, inplace=False):
+    """alpha_dropout with one draw per (sample, channel)."""
+    return _dropout("feature_alpha_dropout", input, p, training, inplace, alpha=True,
+                    feature=True)
+
+
+# --- scaled_dot_product_attention ----------------------------------------------------------------
+def _sdpa_declines(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                   scale=None, enable_gqa=False) -> bool:
+    return bool(dropout_p) or bool(enable_gqa)
+
+
+@ref(module=MODULE, declines=_sdpa_declines)
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, scale=None, enable_gqa=False):
+    """softmax(q @ k^T * scale + mask) @ v, in the opmath dtype, rounded once; scale defaults
+    to 1/sqrt(E); a bool mask keeps where True; is_causal keeps j <= i; a row masked
+    everywhere gives zeros (eager's safe softmax)."""
+    _tensors("scaled_dot_product_attention", query=query, key=key, value=value)
+    if dropout_p or enable_gqa:
+        raise NotImplementedError("primtrace: scaled_dot_product_attention with dropout_p > 0 or "
+                                  "enable_gqa has no ref; torch runs it")
+    if not query.dtype == key.dtype == value.dtype:
+        raise RuntimeError(f"Expected query, key, and value to have the same dtype, but got "
+                           f"query.dtype: {dtypes.c_type_name(query.dtype)} key.dtype: "
+                           f"{dtypes.c_type_name(key.dtype)} and value.dtype: "
+                           f"{dtypes.c_type_name(value.dtype)} instead.")
+    if not query.dtype.is_floating_point:
+        raise RuntimeError("scaled_dot_product_attention: expected floating point inputs")
+    if is_causal and attn_mask is not None:
+        raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set "
+                           "when is_causal=True")
+    if query.ndim < 2 or key.ndim < 2 or value.ndim < 2:
+        raise RuntimeError("scaled_dot_product_attention: expected inputs of at least 2 dims")
+    computation = dtypes.opmath(query.dtype)
+    q, k, v = (maybe_convert(t, computation) for t in (query, key, value))
+    e = query.shape[-1]
+    factor = float(concrete(scale)) if scale is not None else 1.0 / math.sqrt(e)
+    scores = prims.mul(prims.matmul(q, P.transpose(k)), factor)
+    shape = tuple(scores.shape)
+    if is_causal:
+        rows, cols = shape[-2], shape[-1]
+        i = prims.broadcast_in_dim(prims.iota(rows, start=0, step=1, dtype=torch.int64,
+                                              device=q.device), (rows, cols), (0,))
+        j = prims.broadcast_in_dim(prims.iota(cols, start=0, step=1, dtype=torch.int64,
+                                              device=q.device), (rows, cols), (1,))
+        scores = prims.where(broadcast(prims.le(j, i), shape), scores, -math.inf)
+    elif attn_mask is not None:
+        shape = broadcast_shapes(shape, tuple(attn_mask.shape))
+        scores = broadcast(scores, shape)
+        if attn_mask.dtype is torch.bool:
+            scores = prims.where(broadcast(attn_mask, shape), scores, -math.inf)
+        else:
+            scores = prims.add(scores, broadcast(maybe_convert(attn_mask, computation), shape))
+    dims = (len(shape) - 1,)
+    kept = tuple(range(len(shape) - 1))
+    m = prims.amax(scores, dims) if shape[-1] else None
+    if m is None:
+        weights = scores
+    else:
+        m_b = prims.broadcast_in_dim(m, shape, kept)
+        exp = prims.exp(prims.sub(scores, m_b))
+        weights = prims.div(exp, prims.broadcast_in_dim(prims.sum(exp, dims), shape, kept))
+        # eager's safe softmax: a row masked everywhere (all -inf) attends to nothing
+        weights = prims.where(prims.eq(m_b, -math.inf), 0.0, weights)
+    return maybe_convert(prims.matmul(weights, v), query.dtype)
+
+
+# --- batch_norm, group_norm ------------------------------------------------------------------
+def _channel(t, x, computation):
+    """A per-channel (dim 1) tensor broadcast to x's shape, in the computation dtype."""
+    return prims.broadcast_in_dim(maybe_convert(t, computation), tuple(x.shape), (1,))
+
+
+def _check_training_size(input):
+    size = input.shape[0]
+    for s in input.shape[2:]:
+        size *= s
+    if size == 1:
+        raise ValueError(f"Expected more than 1 value per channel when training, got input size "
+                         f"{torch.Size(input.shape)}")
+
+
+@ref(module=MODULE)
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
+               momentum=0.1, eps=1e-5):
+    """(x - mean) / sqrt(var + eps) * weight + bias per channel (dim 1): the batch's biased
+    statistics when training (and running_mean/var updated in place with `momentum`, var
+    unbiased), else the running ones."""
+    _tensors("batch_norm", input=input)
+    if training:
+        _check_training_size(input)
+    if input.ndim < 2:
+        raise ValueError(f"expected 2D or more input (got {input.ndim}D input)")
+    if not input.dtype.is_floating_point:
+        raise NotImplementedError(f"\"batch_norm\" not implemented for "
+                                  f"'{dtypes.scalar_type_name(input.dtype)}'")
+    channels = input.shape[1]
+    for pname, t in (("weight", weight), ("bias", bias), ("running_mean", running_mean),
+                     ("running_var", running_var)):
+        if t is not None and tuple(t.shape) != (channels,):
+            raise RuntimeError(f"{pname} should contain {channels} elements not "
+                               f"{t.numel()}")
+    computation = dtypes.opmath(input.dtype)
+    x = maybe_convert(input, computation)
+    eps, momentum = float(concrete(eps)), concrete(momentum)
+    dims = (0, *range(2, x.ndim))
+    count = x.numel() // channels if channels else 0
+    if training:
+        mean = prims.div(prims.sum(x, dims), float(count))
+        var = prims.var(x, dims, correction=0)
+        if running_mean is not None or running_var is not None:
+            _update_running(running_mean, running_var, mean, var, count, float(momentum))
+    else:
+        if running_mean is None or running_var is None:
+            raise RuntimeError("running_mean and running_var must be defined in evaluation mode")
+        mean = maybe_convert(running_mean, computation)
+        var = maybe_convert(running_var, computation)
+    invstd = prims.div(1.0, prims.sqrt(prims.add(var, eps)))
+    w = maybe_convert(weight, computation) if weight is not None else None
+    b = maybe_convert(bias, computation) if bias is not None else None
+    alpha = invstd if w is None else prims.mul(invstd, w)
+    beta = prims.neg(prims.mul(mean, alpha)) if b is None else prims.sub(b, prims.mul(mean, alpha))
+    y = prims.add(prims.mul(x, _channel(alpha, x, computation)), _channel(beta, x, computation))
+    return maybe_convert(y, input.dtype)
+
+
+def _update_running(running_mean, running_var, mean, var, count, momentum):
+    """running = (1 - momentum) * running + momentum * batch statistic (var unbiased)."""
+    if running_mean is not None:
+        rm = maybe_convert(running_mean, mean.dtype)
+        new = prims.add(prims.mul(mean, momentum), prims.mul(rm, 1 - momentum))
+        prims.copy_to(running_mean, maybe_convert(new, running_mean.dtype))
+    if running_var is not None:
+        rv = maybe_convert(running_var, var.dtype)
+        unbiased = prims.mul(var, count / (count - 1)) if count > 1 else prims.mul(var, math.inf)
+        new = prims.add(prims.mul(unbiased, momentum), prims.mul(rv, 1 - momentum))
+        prims.copy_to(running_var, maybe_convert(new, running_var.dtype))
+
+
+@ref(module=MODULE)
+def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
+    """Each sample's channels split into num_groups groups, each normalized by its own mean
+    and biased variance, then weight * y + bias per channel."""
+    _tensors("group_norm", input=input)
+    if input.ndim < 2:
+        raise RuntimeError(f"Expected at least 2 dimensions for input tensor but received "
+                           f"{input.ndim}")
+    groups = int(concrete(num_groups))
+    if groups > 0 and (input.shape[0] * input.shape[1] // groups) * math.prod(input.shape[2:]) == 1:
+        raise ValueError(f"Expected more than 1 value per channel when training, got input size "
+                         f"{[input.shape[0] * input.shape[1] // groups, groups, *input.shape[2:]]}")
+    return group_norm_parts(input, groups, weight, bias, eps)[0]
+
+
+def group_norm_parts(input, groups, weight, bias, eps):
+    """(y, mean, rstd) of group_norm, the statistics of shape (N, groups) in the opmath
+    dtype (torch.native_group_norm's three results, before rounding)."""
+    n, c = input.shape[0], input.shape[1]
+    if groups <= 0 or c % groups:
+        raise RuntimeError(f"Expected number of channels in input to be divisible by num_groups, "
+                           f"but got input of shape {list(input.shape)} and num_groups={groups}")
+    for pname, t in (("weight", weight), ("bias", bias)):
+        if t is not None and (t.ndim != 1 or t.shape[0] != c):
+            raise RuntimeError(f"Expected {pname} to be a vector of size equal to the number of "
+                               f"channels in input, but got {pname} of shape {list(t.shape)} "
+                               f"and input of shape {list(input.shape)}")
+    if not input.dtype.is_floating_point:
+        raise NotImplementedError(f"\"group_norm\" not implemented for "
+                                  f"'{dtypes.scalar_type_name(input.dtype)}'")
+    computation = dtypes.opmath(input.dtype)
+    x = maybe_convert(input, computation)
+    if x.numel() == 0:
+        stats = prims.full((n, groups), math.nan, dtype=computation, device=x.device)
+        return maybe_convert(x, input.dtype), stats, stats
+    per = c // groups
+    device = x.device
+    # the channels of each group side by side: x[:, index] has dims (N, G, C/G, ...)
+    starts = prims.broadcast_in_dim(prims.iota(groups, start=0, step=per, dtype=torch.int64,
+                                               device=device), (groups, per), (0,))
+    offsets = prims.broadcast_in_dim(prims.iota(per, start=0, step=1, dtype=torch.int64,
+                                                device=device), (groups, per), (1,))
+    grouped = prims.index_select(x, 1, prims.add(starts, offsets))
+    dims = tuple(range(2, grouped.ndim))
+    count = grouped.numel() // (n * groups)
+    mean = prims.div(prims.sum(grouped, dims), float(count))
+    invstd = prims.rsqrt(prims.add(prims.var(grouped, dims, correction=0), float(concrete(eps))))
+    group_of = prims.div(prims.iota(c, start=0, step=1, dtype=torch.int64, device=device), per)
+    shape = tuple(x.shape)
+
+    def per_channel(stat):  # (N, G) -> (N, C) -> x's shape
+        return prims.broadcast_in_dim(prims.index_select(stat, 1, group_of), shape, (0, 1))
+    alpha = per_channel(invstd)
+    if weight is not None:
+        alpha = prims.mul(alpha, _channel(weight, x, computation))
+    beta = prims.neg(prims.mul(per_channel(mean), alpha))
+    if bias is not None:
+        beta = prims.add(beta, _channel(bias, x, computation))
+    y = maybe_convert(prims.add(prims.mul(x, alpha), beta), input.dtype)
+    return y, mean, invstd
+
+
+# --- distances -------------------------------------------------------------------------------
+@ref(module=MODULE)
+def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
+    """The p-norm of x1 - x2 + eps over the last dim (eager's at::norm)."""
+    from primtrace import refs
+    from primtrace.refs.linalg import vector_norm_of
+    _tensors("pairwise_distance", x1=x1, x2=x2)
+    ndim = max(x1.ndim, x2.ndim)
+    diff = refs.add(refs.sub(x1, x2), eps)
+    if ndim == 0:
+        return refs.abs(diff)
+    return vector_norm_of("linalg.vector_norm", diff, p, ndim - 1, keepdim, None)
+
+
+def _upper_pairs(n, device):
+    """The flat indices i * n + j of the pairs i < j of an n x n matrix, in row-major order,
+    built from prims (no reshape): a running count of the pairs places each one."""
+    pairs = n * (n - 1) // 2
+    k = prims.iota(n * n, start=0, step=1, dtype=torch.int64, device=device)
+    upper = prims.gt(prims.remainder(k, n), prims.div(k, n))
+    slot = prims.sub(prims.cumsum(prims.convert_element_type(upper, torch.int64), 0), 1)
+    slot = prims.where(upper, slot, pairs)  # the other positions land past the end
+    placed = prims.scatter(prims.full((pairs + 1,), 0, dtype=torch.int64, device=device), 0,
+                           slot, k)
+    return prims.index_select(placed, 0, prims.iota(pairs, start=0, step=1, dtype=torch.int64,
+                                                    device=device))
+
+
+@ref(module=MODULE)
+def pdist(input, p=2):
+    """The p-norm distances between the rows of a matrix, for each pair i < j in row-major
+    order (n * (n - 1) / 2 values)."""
+    from primtrace.refs.linalg import p_norm
+    _tensors("pdist", input=input)
+    if input.ndim != 2:
+        raise RuntimeError(f"pdist only supports 2D tensors, got: {input.ndim}D")
+    if not input.dtype.is_floating_point:
+        raise RuntimeError("pdist only supports floating-point dtypes")
+    p = float(concrete(p))
+    if p < 0:
+        raise RuntimeError("pdist only supports non-negative p values")
+    if input.dtype in (torch.float16, torch.bfloat16):
+        raise NotImplementedError(f"\"pdist\" not implemented for "
+                                  f"'{dtypes.scalar_type_name(input.dtype)}'")
+    n, m = input.shape
+    if n < 2:
+        return prims.full((0,), 0, dtype=input.dtype, device=input.device)
+    shape = (n, n, m)
+    diff = prims.sub(prims.broadcast_in_dim(input, shape, (0, 2)),
+                     prims.broadcast_in_dim(input, shape, (1, 2)))
+    distances = p_norm(diff, (2,), p, input.dtype)
+    return prims.take(distances, _upper_pairs(n, input.device))
+
+
+@ref(module=MODULE)
+def cosine_similarity(x1, x2, dim=1, eps=1e-8):
+    """sum((x1 / max(|x1|, eps)) * (x2 / max(|x2|, eps))) over dim, broadcast (integer
+    inputs computed in the promoted float dtype)."""
+    from primtrace import refs
+    from primtrace.refs.linalg import vector_norm_of
+    from primtrace.refs.promotion import DEFAULT, elementwise_dtypes
+    _tensors("cosine_similarity", x1=x1, x2=x2)
+    _, common = elementwise_dtypes(x1, x2, type_promotion_kind=DEFAULT)
+    if not common.is_floating_point:
+        raise RuntimeError(f"expected common dtype to be floating point, yet common dtype is "
+                           f"{dtypes.scalar_type_name(common)}")
+    a = maybe_convert(x1, common) if not x1.dtype.is_floating_point else x1
+    b = maybe_convert(x2, common) if not x2.dtype.is_floating_point else x2
+    shape = broadcast_shapes(tuple(a.shape), tuple(b.shape))
+    a, b = broadcast(a, shape), broadcast(b, shape)
+    if len(shape) == 0:
+        raise IndexError("Dimension specified as 1 but tensor has no dimensions")
+    d = wrap_dim(int(concrete(dim)), len(shape))
+    na = refs.clamp_min(vector_norm_of("linalg.vector_norm", a, 2, d, True, None), eps)
+    nb = refs.clamp_min(vector_norm_of("linalg.vector_norm", b, 2, d, True, None), eps)
+    from primtrace.refs.reductions import sum as sum_ref
+    return sum_ref(refs.mul(refs.true_divide(a, na), refs.true_divide(b, nb)), d)
+
+
+__all__ = exports(globals(), MODULE)

@@ -1,0 +1,142 @@
+"""Scans and positions: cumsum, cumprod (eager's dtype rules: bool and integers scan in
+int64 unless ``dtype=``), argmax, argmin (``dim=None``: the flattened input) and bucketize
+(the bucket of each value among sorted boundaries).
+
+cumsum, cumprod, argmax and argmin are one prim each (torch's scan and index reductions);
+bucketize counts boundaries with a comparison and a sum, with eager's NaN ordering (a NaN
+value lies past every boundary, as eager's binary search puts it).
+"""
+from __future__ import annotations
+
+import operator
+
+import torch
+
+from primtrace import dtypes, prims
+from primtrace.refs.core import exports, is_tensor, maybe_convert, ref, to_tensor
+from primtrace.refs.products import declines_out, no_out, require_tensors
+from primtrace.refs.reductions import keep_dims, wrap_dim
+from primtrace.refs.scalars import type_name
+
+
+def _dim(name, dim, ndim) -> int:
+    kind = getattr(dim, "python_type", type(dim))
+    if issubclass(kind, (bool, float, complex)) or not hasattr(dim, "__index__"):
+        raise TypeError(f"{name}(): argument 'dim' (position 2) must be int, not {type_name(dim)}")
+    return wrap_dim(operator.index(dim), ndim)
+
+
+# --- cumsum, cumprod -------------------------------------------------------------------------
+def _scan(name, prim, input, dim, dtype):
+    require_tensors(name, input=input)
+    d = _dim(name, dim, input.ndim)
+    if dtype is not None and not isinstance(dtype, torch.dtype):
+        raise TypeError(f"{name}(): argument 'dtype' must be torch.dtype, not {type_name(dtype)}")
+    if dtype is None:
+        integral = input.dtype is torch.bool or dtypes.is_integer(input.dtype)
+        dtype = torch.int64 if integral else input.dtype
+    x = maybe_convert(input, dtype)
+    if x.dtype is torch.bool:  # cumsum(dtype=torch.bool): eager scans in bool (logical or/and)
+        return prims.ne(prim(maybe_convert(x, torch.int64), d), 0)
+    return prim(x, d)
+
+
+@ref(declines=declines_out)
+def cumsum(input, dim, *, dtype=None, out=None):
+    """The running sum along dim, in `dtype` (int64 for bool and integer inputs by default)."""
+    no_out("cumsum", out)
+    return _scan("cumsum", prims.cumsum, input, dim, dtype)
+
+
+@ref(declines=declines_out)
+def cumprod(input, dim, *, dtype=None, out=None):
+    """The running product along dim, in `dtype` (int64 for bool and integers by default)."""
+    no_out("cumprod", out)
+    return _scan("cumprod", prims.cumprod, input, dim, dtype)
+
+
+def _scan_into(name, scan, input, dim, dtype):
+    """x.cumsum_(dim): the scan computed in self's dtype (wrapping as eager's), written back."""
+    from primtrace.refs.out import copy_to_self
+    require_tensors(name, input=input)
+    if input.dtype is torch.bool:
+        raise NotImplementedError(f"\"{name[:-1]}_out_cpu\" not implemented for 'Bool'")
+    return copy_to_self(input, scan(input, dim, dtype=dtype or input.dtype))
+
+
+@ref
+def cumsum_(input, dim, *, dtype=None):
+    """In-place cumsum: scanned in self's dtype."""
+    return _scan_into("cumsum_", cumsum, input, dim, dtype)
+
+
+@ref
+def cumprod_(input, dim, *, dtype=None):
+    """In-place cumprod: scanned in self's dtype."""
+    return _scan_into("cumprod_", cumprod, input, dim, dtype)
+
+
+# --- argmax, argmin --------------------------------------------------------------------------
+def _arg(name, prim, input, dim, keepdim):
+    require_tensors(name, input=input)
+    if input.dtype is torch.bool:
+        raise RuntimeError(f"{name}(): does not support bool input")
+    if input.dtype.is_complex:
+        raise RuntimeError(f"{name}(): does not support complex input")
+    if dim is None:
+        y = prim(input, None)
+        if keepdim:
+            return prims.broadcast_in_dim(y, (1,) * input.ndim, ())
+        return y
+    d = _dim(name, dim, input.ndim)
+    y = prim(input, d)
+    return keep_dims(y, input, (d,) if input.ndim else (), keepdim)
+
+
+@ref(declines=declines_out)
+def argmax(input, dim=None, keepdim=False, *, out=None):
+    """The int64 index of the largest value along dim (of the flattened input for None);
+    the first on ties; NaN counts as the largest."""
+    no_out("argmax", out)
+    return _arg("argmax", prims.argmax, input, dim, keepdim)
+
+
+@ref(declines=declines_out)
+def argmin(input, dim=None, keepdim=False, *, out=None):
+    """The int64 index of the smallest value along dim (of the flattened input for None)."""
+    no_out("argmin", out)
+    return _arg("argmin", prims.argmin, input, dim, keepdim)
+
+
+# --- bucketize -------------------------------------------------------------------------------
+@ref(declines=declines_out)
+def bucketize(input, boundaries, *, out_int32=False, right=False, out=None):
+    """For each value, the number of boundaries below it (right=False: boundaries < value;
+    right=True: <=); boundaries must be sorted and 1-d. int64, or int32 with out_int32."""
+    no_out("bucketize", out)
+    if not is_tensor(boundaries):
+        raise TypeError(f"bucketize(): argument 'boundaries' (position 2) must be Tensor, not "
+                        f"{type_name(boundaries)}")
+    if boundaries.ndim != 1:
+        raise RuntimeError(f"boundaries tensor must be 1 dimension, but got dim({boundaries.ndim})")
+    if not is_tensor(input):
+        from primtrace.refs.creation import fill_dtype
+        input = to_tensor(input, fill_dtype(input), boundaries.device)
+    for t in (input, boundaries):
+        if t.dtype is torch.bool or t.dtype.is_complex:
+            raise RuntimeError(f"torch.searchsorted(): unsupported input dtype "
+                               f"{dtypes.scalar_type_name(t.dtype)}")
+    from primtrace.refs.promotion import DEFAULT, elementwise_dtypes
+    computation, _ = elementwise_dtypes(input, boundaries, type_promotion_kind=DEFAULT)
+    n = boundaries.shape[0]
+    shape = (*input.shape, n)
+    x = prims.broadcast_in_dim(maybe_convert(input, computation), shape, tuple(range(input.ndim)))
+    b = prims.broadcast_in_dim(maybe_convert(boundaries, computation), shape, (input.ndim,))
+    # eager's binary search: the first boundary b with b >= x (right: b > x); NaN x: none
+    not_below = prims.gt(b, x) if right else prims.ge(b, x)
+    count = prims.sum(prims.convert_element_type(not_below, torch.int64), (input.ndim,))
+    y = prims.sub(prims.full(tuple(input.shape), n, dtype=torch.int64, device=input.device), count)
+    return maybe_convert(y, torch.int32 if out_int32 else torch.int64)
+
+
+__all__ = exports(globals())
