@@ -19,6 +19,7 @@ from primtrace.refs import products as M
 from primtrace.refs.core import exports, is_tensor, maybe_convert, ref
 from primtrace.refs.reductions import keep_dims, reduction_dims, wrap_dim
 from primtrace.refs.scalars import concrete, type_name
+from primtrace.refs.views import diagonal as diagonal_view
 
 MODULE = "refs.linalg"
 matmul = M.matmul
@@ -193,6 +194,12 @@ def cross(input, other, *, dim=-1, out=None):
     M.require_tensors("linalg_cross", input=input, other=other)
     M.no_out("linalg.cross", out)
     return M.cross_product("linalg.cross", input, other, dim)
+
+
+@ref(module=MODULE)
+def diagonal(A, *, offset=0, dim1=-2, dim2=-1):
+    """torch.linalg.diagonal: torch.diagonal with the last two dims as defaults (a view)."""
+    return diagonal_view(A, offset, dim1, dim2)
 
 
 __all__ = exports(globals(), MODULE) + ["matmul"]

@@ -153,7 +153,10 @@ def feature_dropout(input, p, train):
 
 
 # --- in-place fills --------------------------------------------------------------------------
-def _fill(name, prim, defaults):
+def _fill(name, prim, defaults, in_place=True):
+    """Tensor.<name>: self filled with draws in place; or (in_place=False) the functional
+    form PyTorch's reference list has for some (cauchy, exponential...): a new tensor like
+    self with the draws, which torch itself has no function for."""
     params = list(defaults)
 
     def fill(self, *values, generator=None, **named):
@@ -173,10 +176,11 @@ def _fill(name, prim, defaults):
             raise NotImplementedError(f"primtrace: {name} of a tensor parameter has no ref")
         draws = _draw(prim, self.shape, *args, dtype=self.dtype, device=self.device,
                       strides=_like_strides(self))
-        return copy_to_self(self, draws)
+        return copy_to_self(self, draws) if in_place else draws
     fill.__name__ = fill.__qualname__ = name
-    fill.__doc__ = (f"Tensor.{name}({', '.join(f'{k}={v}' for k, v in defaults.items())}): "
-                    f"self filled with draws in place.")
+    signature = ", ".join(f"{k}={v}" for k, v in defaults.items())
+    fill.__doc__ = (f"Tensor.{name}({signature}): self filled with draws in place." if in_place
+                    else f"{name}(self, {signature}): a new tensor like self, of draws.")
 
     def declines(self, *values, generator=None, **named):
         return generator is not None or any(is_tensor(v) for v in (*values, *named.values()))
@@ -190,5 +194,9 @@ exponential_ = _fill("exponential_", prims.exponential, {"lambd": 1.0})
 cauchy_ = _fill("cauchy_", prims.cauchy, {"median": 0.0, "sigma": 1.0})
 geometric_ = _fill("geometric_", prims.geometric, {"p": None})
 log_normal_ = _fill("log_normal_", prims.log_normal, {"mean": 1.0, "std": 2.0})
+exponential = _fill("exponential", prims.exponential, {"lambd": 1.0}, in_place=False)
+cauchy = _fill("cauchy", prims.cauchy, {"median": 0.0, "sigma": 1.0}, in_place=False)
+geometric = _fill("geometric", prims.geometric, {"p": None}, in_place=False)
+log_normal = _fill("log_normal", prims.log_normal, {"mean": 1.0, "std": 2.0}, in_place=False)
 
 __all__ = exports(globals())

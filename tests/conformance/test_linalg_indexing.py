@@ -596,3 +596,18 @@ def test_index_errors_are_raised_when_the_trace_runs():
     assert torch.equal(jfn(x, _index([2, 0])), x[[2, 0]])
     with pytest.raises(IndexError):
         jfn(x, _index([3, 0]))
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"offset": 1}, {"offset": -2}, {"dim1": 0, "dim2": 2},
+                                    {"dim1": 1, "dim2": 1}])
+def test_linalg_diagonal(kwargs):
+    x = torch.randn(3, 4, 5)
+    try:
+        expected = torch.linalg.diagonal(x, **kwargs)
+    except RuntimeError:
+        with pytest.raises(RuntimeError):
+            refs.linalg.diagonal(x, **kwargs)
+        return
+    got = refs.linalg.diagonal(x, **kwargs)
+    assert torch.equal(got, expected) and got.stride() == expected.stride()
+    assert got.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()

@@ -152,3 +152,18 @@ def test_jit_random_factories_draw_per_call():
     assert not torch.equal(jfn(x), jfn(x))
     trace = primtrace.trace(lambda x: x + torch.rand(3, 4), stage="prims")(x)
     assert {"uniform", "add"} <= {n.symbol.name for n in trace.flat_nodes()}
+
+
+@pytest.mark.parametrize("name, kwargs", [("exponential", {}), ("cauchy", {"median": 1.0}),
+                                          ("geometric", {"p": 0.3}), ("log_normal", {"std": 0.5})])
+def test_functional_fills_draw_what_the_in_place_method_draws(name, kwargs):
+    """PyTorch's reference list has functional cauchy, exponential...: a new tensor like the
+    input, of the draws Tensor.<name>_ would write (the input is not touched)."""
+    x = torch.randn(3, 4).t()
+    before = x.clone()
+    torch.manual_seed(7)
+    expected = getattr(torch.Tensor, name + "_")(x.clone(), **kwargs)
+    torch.manual_seed(7)
+    got = getattr(refs, name)(x, **kwargs)
+    assert torch.equal(got, expected) and got.stride() == expected.stride()
+    assert torch.equal(x, before)
