@@ -159,6 +159,19 @@ check_targets = Symbol(
     doc="Raise eager's IndexError for a class index outside [0, size) (other than "
         "ignore_index): a loss's check of its targets, which are data.")
 
+def _check_indices_impl(index, size, dim):
+    bad = (index < -size) | (index >= size)
+    if bool(bad.any()):
+        raise IndexError(f"index {int(index[bad].flatten()[0])} is out of bounds for dimension "
+                         f"{dim} with size {size}")
+
+
+check_indices = Symbol(
+    "check_indices", kind=SymbolKind.PRIM, meta=lambda index, size, dim: None,
+    impl=_check_indices_impl, tags=frozenset({"guard"}), module="prims",
+    doc="Raise eager's IndexError for a tensor index outside [-size, size): indexing's check "
+        "of its indices, which are data.")
+
 PRIMS = {s.name: s for s in (index_select, gather, take, scatter, index_add, index_copy,
-                             index_fill, check_targets)}
+                             index_fill, check_targets, check_indices)}
 __all__ = list(PRIMS)

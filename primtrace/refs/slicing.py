@@ -10,6 +10,8 @@ from __future__ import annotations
 import builtins
 import operator
 
+import torch
+
 from primtrace import prims
 from primtrace.ir.strides import contiguous_strides
 from primtrace.refs import views as _views
@@ -218,7 +220,17 @@ def _basic(index) -> bool:
     return True
 
 
+def _rows_index(input, index) -> bool:
+    """x[i] with one integer tensor of one or more dims on a row-major x: rows gathered by
+    index_select (other tensor indices, bool masks among them, are left to torch)."""
+    return (is_tensor(index) and index.ndim > 0 and index.dtype in (torch.int32, torch.int64)
+            and index.device == input.device and input.ndim > 0
+            and tuple(input.stride()) == contiguous_strides(tuple(input.shape)))
+
+
 def _getitem_declines(input, index) -> bool:
+    if _rows_index(input, index):
+        return False
     items = index if type(index) is tuple else (index,)
     return not _basic(index) or builtins.any(
         type(i) is builtins.slice and builtins.any(is_tensor(v) for v in (i.start, i.stop, i.step))
@@ -239,9 +251,14 @@ def _slice_bounds(s, n):
 @ref(name="__getitem__", declines=_getitem_declines)
 def _getitem(input, index):
     """Tensor.__getitem__ with ints, slices (positive steps), None and Ellipsis: applied left
-    to right as eager does (select, slice, unsqueeze), always a view. Bool and integer
-    tensor indices are left to torch."""
+    to right as eager does (select, slice, unsqueeze), always a view. One integer tensor
+    on a row-major tensor gathers rows (a new tensor); other tensor indices are left to torch."""
     require_tensor("__getitem__", input, "self")
+    if _rows_index(input, index):   # negative indices count from the end, as eager's
+        n = input.shape[0]
+        prims.check_indices(index, n, 0)
+        wrapped = prims.where(prims.lt(index, 0), prims.add(index, n), index)
+        return prims.index_select(input, 0, wrapped)
     items = index if type(index) is tuple else (index,)
     used = builtins.sum(1 for i in items if i is not None and i is not Ellipsis)
     if builtins.sum(1 for i in items if i is Ellipsis) > 1:

@@ -611,3 +611,24 @@ def test_linalg_diagonal(kwargs):
     got = refs.linalg.diagonal(x, **kwargs)
     assert torch.equal(got, expected) and got.stride() == expected.stride()
     assert got.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("index", [[0, -1, 2], [[1, 2], [3, -6]], [5], [], [6], [-7]])
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool])
+def test_getitem_with_an_integer_tensor_gathers_rows(index, index_dtype, dtype):
+    """x[i] with one integer tensor (a row-major x): index_select of the wrapped indices, and
+    eager's IndexError, checked when the trace runs, for one out of bounds; eagerly and in jit."""
+    x = torch.arange(36).reshape(6, 3, 2).to(dtype)
+    i = torch.tensor(index, dtype=index_dtype)
+    fn = lambda x, i: x[i]  # noqa: E731
+    try:
+        expected = fn(x, i)
+    except IndexError as e:
+        for run in (lambda: refs.__getitem__(x, i), lambda: primtrace.jit(fn)(x, i)):
+            with pytest.raises(IndexError, match=str(e)):
+                run()
+        return
+    for got in (refs.__getitem__(x, i), primtrace.jit(fn)(x, i)):
+        assert torch.equal(got, expected) and got.stride() == expected.stride()
+    assert primtrace.explain(fn, x, i).opaque == []
