@@ -111,6 +111,22 @@ def fuse_single_call(region: Region) -> bool:
     return name not in SLOWER_CALLS and bool(prims & FASTER_MATH)
 
 
+#: a call's prims that run in torch are "small" beside the ones that fuse when their outputs
+#: hold at most this fraction of the elements of the largest fused output
+SMALL_FRACTION = 1 / 16
+
+
+def small_beside(left, fused) -> bool:
+    """Whether the prims `left` to torch do little work beside the `fused` ones of one call:
+    then the call runs as its prims (its fused part as a kernel) instead of whole in torch
+    (cross_entropy over (4096, 8192) f32: log_softmax's row kernel and a 4096-element gather,
+    0.3x eager, where the whole call is 1.0x)."""
+    def largest(nodes):
+        return max((p.numel() for n in nodes for p in n.output_proxies
+                    if isinstance(p, TensorProxy)), default=0)
+    return bool(fused) and largest(left) <= SMALL_FRACTION * largest(fused)
+
+
 def call_left_to_torch(nodes) -> bool:
     """Whether the prims `nodes` of one torch call run faster as that call, even in a chain."""
     if not reductions_fuse(nodes):

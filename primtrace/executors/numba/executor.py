@@ -276,13 +276,18 @@ class NumbaFusionExecutor(FusionExecutor):
     def fuse_call(self, nodes: list[Node]) -> bool:
         """Under the cost model on the CPU, a call with a prim left to torch (unlowered, or
         slow in our kernels: cost.SLOW_PRIMS) or one eager computes much faster
-        (cost.call_left_to_torch) runs whole as the torch call, not as its prims."""
+        (cost.call_left_to_torch) runs whole as the torch call, not as its prims; unless
+        what is left to torch is small beside what fuses (cost.small_beside: cross_entropy's
+        gather of one value per row after its log_softmax)."""
         if not self._costed(self._device_of(nodes)):
             return True
         from primtrace.executors.numba import cost
         computing = [n for n in nodes if n.symbol.kind is SymbolKind.PRIM and any(
             isinstance(p, TensorProxy) for p in n.output_proxies)]   # not guards (check_fits)
-        return all(self.can_fuse(n) for n in computing) and not cost.call_left_to_torch(nodes)
+        left = [n for n in computing if not self.can_fuse(n)]
+        fused = [n for n in computing if self.can_fuse(n)]
+        return ((not left or cost.small_beside(left, fused))
+                and not cost.call_left_to_torch(nodes))
 
     def fuse_single_call(self, region: Region) -> bool:
         """One torch call fuses only where the kernel beats torch's own (cost.py)."""

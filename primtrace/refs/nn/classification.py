@@ -15,6 +15,8 @@ from __future__ import annotations
 import torch
 
 from primtrace import dtypes, prims
+from primtrace import refs   # refs.mul...: module attributes, so this module exports no other refs
+from primtrace.refs.nn import composites, softmax_norms
 from primtrace.refs import reductions as R
 from primtrace.refs.core import exports, is_tensor, maybe_convert, ref
 from primtrace.refs.scalars import concrete, type_name
@@ -128,7 +130,6 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
                   reduction="mean", label_smoothing=0.0):
     """nll_loss(log_softmax(input)) for class indices; -sum(target * log_softmax(input)) for
     class probabilities; label_smoothing mixes in the uniform distribution."""
-    from primtrace.refs.nn.softmax_norms import log_softmax
     _no_legacy("cross_entropy", size_average, reduce)
     _tensors("cross_entropy", input=input, target=target)
     _reduction(reduction)
@@ -138,7 +139,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     class_dim = 1 if input.ndim >= 2 else 0
     if input.ndim == 0:
         raise ValueError("Expected 1 or more dimensions (got 0)")
-    logp = log_softmax(input, class_dim)
+    logp = softmax_norms.log_softmax(input, class_dim)
     if target.dtype.is_floating_point and tuple(target.shape) == tuple(input.shape):
         return _with_probabilities(logp, target, weight, reduction, smoothing, class_dim)
     classes = _nll_checks(input, target, weight)
@@ -177,7 +178,6 @@ def _smooth_term(x, target, weight, ignore_index, reduction, class_dim):
 
 
 def _with_probabilities(logp, target, weight, reduction, smoothing, class_dim):
-    from primtrace import refs
     classes = logp.shape[class_dim]
     if smoothing > 0:
         target = refs.add(refs.mul(target, 1 - smoothing), smoothing / classes)
@@ -203,7 +203,6 @@ def poisson_nll_loss(input, target, log_input=True, full=False, size_average=Non
                      reduce=None, reduction="mean"):
     """exp(input) - target * input (log_input), else input - target * log(input + eps); full
     adds Stirling's term where target > 1."""
-    from primtrace import refs
     _no_legacy("poisson_nll_loss", size_average, reduce)
     _tensors("poisson_nll_loss", input=input, target=target)
     _reduction(reduction)
@@ -222,7 +221,6 @@ def poisson_nll_loss(input, target, log_input=True, full=False, size_average=Non
 def hinge_embedding_loss(input, target, margin=1.0, size_average=None, reduce=None,
                          reduction="mean"):
     """input where target != -1 plus max(0, margin - input) where target != 1."""
-    from primtrace import refs
     _no_legacy("hinge_embedding_loss", size_average, reduce)
     _tensors("hinge_embedding_loss", input=input, target=target)
     _reduction(reduction)
@@ -237,7 +235,6 @@ def hinge_embedding_loss(input, target, margin=1.0, size_average=None, reduce=No
 def margin_ranking_loss(input1, input2, target, margin=0.0, size_average=None, reduce=None,
                         reduction="mean"):
     """max(0, -target * (input1 - input2) + margin); the three must have one rank."""
-    from primtrace import refs
     _no_legacy("margin_ranking_loss", size_average, reduce)
     _tensors("margin_ranking_loss", input1=input1, input2=input2, target=target)
     _reduction(reduction)
@@ -259,8 +256,6 @@ def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, s
                         size_average=None, reduce=None, reduction="mean"):
     """max(0, margin + d(anchor, positive) - d(anchor, negative)) with the pairwise p-distance
     (swap: the smaller of d(a, n) and d(p, n))."""
-    from primtrace import refs
-    from primtrace.refs.nn.composites import pairwise_distance
     _no_legacy("triplet_margin_loss", size_average, reduce)
     _tensors("triplet_margin_loss", anchor=anchor, positive=positive, negative=negative)
     _reduction(reduction)
@@ -269,10 +264,10 @@ def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, s
         raise RuntimeError(f"The anchor, positive, and negative tensors are expected to have the "
                            f"same number of dimensions, but got: anchor {a}D, positive {pos}D, "
                            f"and negative {neg}D inputs")
-    d_pos = pairwise_distance(anchor, positive, p, eps)
-    d_neg = pairwise_distance(anchor, negative, p, eps)
+    d_pos = composites.pairwise_distance(anchor, positive, p, eps)
+    d_neg = composites.pairwise_distance(anchor, negative, p, eps)
     if swap:
-        d_neg = refs.minimum(d_neg, pairwise_distance(positive, negative, p, eps))
+        d_neg = refs.minimum(d_neg, composites.pairwise_distance(positive, negative, p, eps))
     return _reduce(refs.clamp_min(refs.sub(refs.add(d_pos, margin), d_neg), 0), reduction)
 
 

@@ -21,8 +21,13 @@ import math
 import torch
 
 from primtrace import dtypes, prims
+from primtrace import refs   # refs.add...: module attributes, so this module exports no other refs
 from primtrace.refs import products as P
 from primtrace.refs.core import broadcast, broadcast_shapes, exports, is_tensor, maybe_convert, ref
+from primtrace.refs.creation import as_nodes
+from primtrace.refs.linalg import p_norm, vector_norm_of
+from primtrace.refs.out import check_can_cast, copy_to_self
+from primtrace.refs.promotion import DEFAULT, elementwise_dtypes
 from primtrace.refs.reductions import wrap_dim
 from primtrace.refs.scalars import concrete, type_name
 
@@ -78,9 +83,7 @@ def linear(input, weight, bias=None):
     y = P.matmul(input, w)
     if bias is None:
         return y
-    from primtrace.refs.arithmetic import add
-    from primtrace.refs.out import check_can_cast
-    total = add(y, bias)  # eager: matmul(...).add_(bias): the product's dtype and shape stay
+    total = refs.add(y, bias)  # eager: matmul(...).add_(bias): the product's dtype and shape stay
     check_can_cast(total.dtype, y.dtype)
     if tuple(total.shape) != tuple(y.shape):
         raise RuntimeError(f"output with shape {list(y.shape)} doesn't match the broadcast "
@@ -171,7 +174,6 @@ def _dropout(name, input, p, training, inplace, *, alpha, feature):
     else:
         y = _noisy(input, p, alpha, feature)
     if inplace:
-        from primtrace.refs.out import copy_to_self
         return copy_to_self(input, y, (input,))
     return y
 
@@ -185,7 +187,6 @@ def _noisy(input, p, alpha, feature):
     else:
         noise_shape = shape
         strides = prims.elementwise_strides(shape, [tuple(input.stride())])
-    from primtrace.refs.creation import as_nodes
     with as_nodes():  # a node that draws on every call, never a trace-time constant
         noise = prims.bernoulli(noise_shape, 1 - p, dtype=input.dtype, device=input.device,
                                 strides=strides)
@@ -423,8 +424,6 @@ def group_norm_parts(input, groups, weight, bias, eps):
 @ref(module=MODULE)
 def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
     """The p-norm of x1 - x2 + eps over the last dim (eager's at::norm)."""
-    from primtrace import refs
-    from primtrace.refs.linalg import vector_norm_of
     _tensors("pairwise_distance", x1=x1, x2=x2)
     ndim = max(x1.ndim, x2.ndim)
     diff = refs.add(refs.sub(x1, x2), eps)
@@ -451,7 +450,6 @@ def _upper_pairs(n, device):
 def pdist(input, p=2):
     """The p-norm distances between the rows of a matrix, for each pair i < j in row-major
     order (n * (n - 1) / 2 values)."""
-    from primtrace.refs.linalg import p_norm
     _tensors("pdist", input=input)
     if input.ndim != 2:
         raise RuntimeError(f"pdist only supports 2D tensors, got: {input.ndim}D")
@@ -477,9 +475,6 @@ def pdist(input, p=2):
 def cosine_similarity(x1, x2, dim=1, eps=1e-8):
     """sum((x1 / max(|x1|, eps)) * (x2 / max(|x2|, eps))) over dim, broadcast (integer
     inputs computed in the promoted float dtype)."""
-    from primtrace import refs
-    from primtrace.refs.linalg import vector_norm_of
-    from primtrace.refs.promotion import DEFAULT, elementwise_dtypes
     _tensors("cosine_similarity", x1=x1, x2=x2)
     _, common = elementwise_dtypes(x1, x2, type_promotion_kind=DEFAULT)
     if not common.is_floating_point:
@@ -494,8 +489,7 @@ def cosine_similarity(x1, x2, dim=1, eps=1e-8):
     d = wrap_dim(int(concrete(dim)), len(shape))
     na = refs.clamp_min(vector_norm_of("linalg.vector_norm", a, 2, d, True, None), eps)
     nb = refs.clamp_min(vector_norm_of("linalg.vector_norm", b, 2, d, True, None), eps)
-    from primtrace.refs.reductions import sum as sum_ref
-    return sum_ref(refs.mul(refs.true_divide(a, na), refs.true_divide(b, nb)), d)
+    return refs.sum(refs.mul(refs.true_divide(a, na), refs.true_divide(b, nb)), d)
 
 
 __all__ = exports(globals(), MODULE)
