@@ -259,6 +259,11 @@ class JitFunction(functools.partial):
             return getattr(fn, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
+    # partial's own attributes would hide a module's of the same name (``jit(model).args``)
+    func = property(lambda self: self.__getattr__("func"))
+    args = property(lambda self: self.__getattr__("args"))
+    keywords = property(lambda self: self.__getattr__("keywords"))
+
     def _use(self, compiled: Compiled) -> None:
         """Make `compiled` the entry the hit path checks first (when it can be checked)."""
         if compiled.recent is not None and compiled is not self._recent:

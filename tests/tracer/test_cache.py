@@ -295,3 +295,18 @@ def test_the_recent_entry_shortcut_takes_other_arities_and_keywords_down_the_key
     jf.cache_clear()
     jf(a), jf(a)
     assert primtrace.cache_info(jf)[:2] == (1, 1)
+
+
+def test_a_jitted_modules_attributes_named_like_partials_are_the_modules():
+    """JitFunction is a functools.partial: its func/args/keywords must not hide a module's."""
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.args, self.func = {"depth": 2}, "relu"
+
+        def forward(self, x):
+            return x * 2
+    jm = primtrace.jit(M())
+    assert jm.args == {"depth": 2} and jm.func == "relu"
+    with pytest.raises(AttributeError):
+        primtrace.jit(lambda x: x).args
