@@ -174,7 +174,7 @@ def _hit_path():
     arguments, with the grad mode and default dtype) and runs it; anything else goes to
     ``slow``. The entry lives in one closure cell holding a tuple, so swapping it is atomic
     and reading it is the cheapest lookup Python has: this path is all that a cached call
-    of a small op costs on top of the op (~0.2 us)."""
+    of a small op costs on top of the op (~0.4 us, TensorGuards a third of it)."""
     recent = _NOTHING
     slow = hits = None
 

@@ -120,3 +120,20 @@ def test_a_call_kept_whole_after_cse_merged_its_prims_into_another_call():
     got, nodes = run(fn, a, b)
     assert "torch.nn.functional.l1_loss" in nodes
     torch.testing.assert_close(got, fn(a, b))
+
+
+def test_the_gpu_rule_fuses_only_large_float_elementwise_prims():
+    """cost.fuse_on_gpu (measured on an H100): reductions never, half dtypes never, float32
+    elementwise prims from 2^26 elements (the proxies' device does not matter to the rule)."""
+    from primtrace.executors.numba import cost
+
+    def prims_of(fn, *args):
+        return [n for n in primtrace.trace(fn, stage="prims")(*args).nodes
+                if n.symbol.kind == "prim"]
+    big, small = torch.empty(cost.CUDA_MIN_ELEMENTS), torch.empty(1 << 20)
+    assert all(cost.fuse_on_gpu(n) for n in prims_of(lambda a: 2 * a + 1, big))
+    assert not any(cost.fuse_on_gpu(n) for n in prims_of(lambda a: 2 * a + 1, small))
+    half = torch.empty(cost.CUDA_MIN_ELEMENTS, dtype=torch.bfloat16)
+    assert not any(cost.fuse_on_gpu(n) for n in prims_of(lambda a: 2 * a + 1, half))
+    sums = [n for n in prims_of(lambda a: a.sum(-1), big.view(-1, 1024)) if n.symbol.name == "sum"]
+    assert sums and not any(cost.fuse_on_gpu(n) for n in sums)
