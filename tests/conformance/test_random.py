@@ -167,3 +167,23 @@ def test_functional_fills_draw_what_the_in_place_method_draws(name, kwargs):
     got = getattr(refs, name)(x, **kwargs)
     assert torch.equal(got, expected) and got.stride() == expected.stride()
     assert torch.equal(x, before)
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_sdpa_dropout_draws_eagers_mask(is_causal, dtype):
+    """scaled_dot_product_attention with dropout_p on the CPU is eager's math path: the weights
+    dropped with F.dropout's draws (values to rounding: eager scales q and k, the ref the
+    scores), directly and through jit (where the same torch calls run: exact)."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 3, 5, 4, generator=g, dtype=dtype) for _ in range(3))
+    fn = lambda q, k, v: F.scaled_dot_product_attention(  # noqa: E731
+        q, k, v, dropout_p=0.3, is_causal=is_causal)
+    ours, eager = _same_draws(lambda: RF.scaled_dot_product_attention(
+        q, k, v, dropout_p=0.3, is_causal=is_causal), lambda: fn(q, k, v))
+    torch.testing.assert_close(ours, eager)
+    jfn = primtrace.jit(fn)
+    jfn(q, k, v)
+    jitted, eager = _same_draws(lambda: jfn(q, k, v), lambda: fn(q, k, v))
+    torch.testing.assert_close(jitted, eager)
+    assert primtrace.explain(fn, q, k, v).opaque == []

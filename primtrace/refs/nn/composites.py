@@ -225,9 +225,16 @@ def feature_alpha_dropout(input, p=0.5, training=False, inplace=False):
 
 
 # --- scaled_dot_product_attention ----------------------------------------------------------------
+def _dropout_as_eager(query) -> bool:
+    """Whether eager's sdpa with dropout is its math path here (CPU, float32/float64): the
+    weights dropped by F.dropout's draws, which the dropout ref makes too."""
+    return is_tensor(query) and query.device.type == "cpu" and query.dtype in (
+        torch.float32, torch.float64)
+
+
 def _sdpa_declines(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
                    scale=None, enable_gqa=False) -> bool:
-    return bool(dropout_p) or bool(enable_gqa)
+    return bool(enable_gqa) or (bool(dropout_p) and not _dropout_as_eager(query))
 
 
 @ref(module=MODULE, declines=_sdpa_declines)
@@ -235,11 +242,13 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                                  is_causal=False, scale=None, enable_gqa=False):
     """softmax(q @ k^T * scale + mask) @ v, in the opmath dtype, rounded once; scale defaults
     to 1/sqrt(E); a bool mask keeps where True; is_causal keeps j <= i; a row masked
-    everywhere gives zeros (eager's safe softmax)."""
+    everywhere gives zeros (eager's safe softmax); dropout_p drops weights as F.dropout
+    does, with its draws (eager's math path on the CPU)."""
     _tensors("scaled_dot_product_attention", query=query, key=key, value=value)
-    if dropout_p or enable_gqa:
-        raise NotImplementedError("primtrace: scaled_dot_product_attention with dropout_p > 0 or "
-                                  "enable_gqa has no ref; torch runs it")
+    if enable_gqa or (dropout_p and not _dropout_as_eager(query)):
+        raise NotImplementedError("primtrace: scaled_dot_product_attention with enable_gqa, or "
+                                  "dropout_p > 0 off the CPU or in half precision, has no ref; "
+                                  "torch runs it")
     if not query.dtype == key.dtype == value.dtype:
         raise RuntimeError(f"Expected query, key, and value to have the same dtype, but got "
                            f"query.dtype: {dtypes.c_type_name(query.dtype)} key.dtype: "
@@ -283,6 +292,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         weights = prims.div(exp, prims.broadcast_in_dim(prims.sum(exp, dims), shape, kept))
         # eager's safe softmax: a row masked everywhere (all -inf) attends to nothing
         weights = prims.where(prims.eq(m_b, -math.inf), 0.0, weights)
+    if dropout_p:
+        weights = _dropout("scaled_dot_product_attention", weights, dropout_p, True, False,
+                           alpha=False, feature=False)
     return maybe_convert(prims.matmul(weights, v), query.dtype)
 
 
