@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from primtrace.executors.numba.plan import Plan
-from primtrace.ir.proxy import Proxy
+from primtrace.ir.proxy import Proxy, TensorProxy
 
 
 def extent_bytes(p) -> int:
@@ -88,3 +88,17 @@ def returns_text(plan: Plan) -> str:
     """The launcher's return tuple: new outputs ``o<k>``, in-place results the input ``i<j>``."""
     items = [f"o{k}" if kind == "new" else f"i{k}" for kind, k in plan.returns]
     return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
+def scalar_args(scalars, region, env: dict) -> list[str]:
+    """The launcher's arguments for a kernel's scalars (every backend's, elementwise and row
+    kernels): a region input as is (``item()`` of a 0-dim tensor), a constant through `env`."""
+    args = []
+    for s in scalars:
+        if s.input is not None:
+            p = region.inputs[s.input]
+            args.append(f"i{s.input}.item()" if isinstance(p, TensorProxy) else f"i{s.input}")
+        else:
+            env[f"const_{s.name}"] = s.value
+            args.append(f"const_{s.name}")
+    return args

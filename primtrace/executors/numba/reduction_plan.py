@@ -491,7 +491,7 @@ def row_group_valid(nodes, leaving_shapes: set) -> bool:
 
 __all__ = ["REDUCTIONS", "RowPlan", "Accumulator", "analyze", "has_reduction", "is_reduction",
            "reduction_fusible", "reduction_args", "row_shapes", "node_args", "operands",
-           "split_strides", "runtime_strides", "element_offset"]
+           "split_strides", "runtime_strides", "element_offset", "row_offset_lines"]
 
 
 # --- the operand layout both renderers (row_kernel, backends/cuda_rows) index with ---------------
@@ -525,3 +525,15 @@ def element_offset(op, plan, row_level: bool) -> str:
                 continue
             terms.append(f"k{d}" if d == len(ks) - 1 and s == 1 else f"k{d} * {op.name}_t{d}")
     return " + ".join(terms) or "0"
+
+
+def row_offset_lines(plan: RowPlan) -> list[str]:
+    """`<operand>_row = i0 * <operand>_s0 + ...`: where each operand's current row starts,
+    for operands that move with the row (the index names i0, i1... both renderers use)."""
+    lines = []
+    for op in operands(plan):
+        rs, _ = split_strides(op, plan)
+        terms = [f"i{d} * {op.name}_s{d}" for d, s in enumerate(rs) if s]
+        if terms:
+            lines.append(f"{op.name}_row = {' + '.join(terms)}")
+    return lines

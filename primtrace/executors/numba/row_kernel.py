@@ -21,9 +21,8 @@ from primtrace.executors.numba.backends import cpu
 from primtrace.executors.numba.ops import CPU
 from primtrace.executors.numba.plan import Store
 from primtrace.executors.numba.reduction_plan import (RowPlan, analyze, element_offset, operands,
-                                                     runtime_strides, split_strides)
+                                                     row_offset_lines, runtime_strides)
 from primtrace.executors.numba.registers import DTYPES
-from primtrace.ir.proxy import TensorProxy
 
 #: elements per block of a float sum: a float32 partial sum over 256 values (16 lanes of
 #: 16: short enough to be more exact than eager's float32 cascade), a float64 one over 1024
@@ -193,11 +192,7 @@ def render_kernel(plan: RowPlan, name: str, loop: str) -> str:
     if plan.scratch:
         thread = "get_thread_id()" if loop == "prange" else "0"
         row.append(f"scratch_row = {thread} * ({' * '.join(f'm{d}' for d in range(len(plan.k_sizes)))})")
-    for op in operands(plan):
-        rs, _ = split_strides(op, plan)
-        terms = [f"i{d} * {op.name}_s{d}" for d, s in enumerate(rs) if s]
-        if terms:
-            row.append(f"{op.name}_row = {' + '.join(terms)}")
+    row += row_offset_lines(plan)
     npasses = len(plan.passes)
     for p in range(npasses):
         row += [_line(line, plan, True) for stage, line in plan.row_lines if stage == p]
@@ -260,13 +255,7 @@ def launcher_source(plan: RowPlan, region, fn_name: str, variant: str) -> tuple[
                 call.append(f"o{op.output}.data_ptr()" if isinstance(op, Store)
                             else f"i{op.index}.data_ptr()")
             call += [str(v) for _, v in runtime_strides(op, plan)]
-        for s in plan.scalars:
-            if s.input is not None:
-                p = region.inputs[s.input]
-                call.append(f"i{s.input}.item()" if isinstance(p, TensorProxy) else f"i{s.input}")
-            else:
-                env[f"const_{s.name}"] = s.value
-                call.append(f"const_{s.name}")
+        call += launch.scalar_args(plan.scalars, region, env)
         lines.append(f"    if kernel({', '.join(call)}):")
         lines.append('        raise RuntimeError("ZeroDivisionError")')
     lines.append(f"    return {launch.returns_text(plan)}")

@@ -29,7 +29,6 @@ from primtrace.executors.numba import kernel_body, kernel_cache, launch
 from primtrace.executors.numba.ops import CPU
 from primtrace.executors.numba.plan import Plan, Store, analyze, dtype_name
 from primtrace.executors.numba.registers import DTYPES
-from primtrace.ir.proxy import TensorProxy
 
 #: estimated work (elements x per-element cost in simple-op units, see work_per_element)
 #: above which the parallel variant runs. Measured on the 2-core VM with
@@ -234,14 +233,7 @@ def launcher_source(plan: Plan, region, variant: str, fn_name: str) -> tuple[str
             else:
                 call.append(f"{f'o{op.output}' if j is None else f'i{j}'}.data_ptr()")
             call += [str(v) for _, v in kernel_body.runtime_strides(op)]
-        for s in plan.scalars:
-            if s.input is not None:
-                p = region.inputs[s.input]
-                call.append(f"i{s.input}.item()" if isinstance(p, TensorProxy) else f"i{s.input}")
-            else:
-                name = f"const_{s.name}"
-                env[name] = s.value
-                call.append(name)
+        call += launch.scalar_args(plan.scalars, region, env)
         lines.append(f"    if kernel({', '.join(call)}):")
         lines.append('        raise RuntimeError("ZeroDivisionError")')
     lines.append(f"    return {launch.returns_text(plan)}")

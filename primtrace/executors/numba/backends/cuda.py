@@ -25,7 +25,6 @@ from primtrace.executors.numba import plan as kernel_plan
 from primtrace.executors.numba.ops import Backend
 from primtrace.executors.numba.plan import Plan, Store, dtype_name
 from primtrace.executors.numba.registers import DTYPES
-from primtrace.ir.proxy import TensorProxy
 
 THREADS = 256
 MAX_BLOCKS = 8192
@@ -186,13 +185,7 @@ def launcher_source(plan: Plan, region, fn_name: str) -> tuple[str, dict]:
             lines.append("    err = flag()")
             env["flag"] = _flag
             call.append("err")
-        for s in plan.scalars:
-            if s.input is not None:
-                p = region.inputs[s.input]
-                call.append(f"i{s.input}.item()" if isinstance(p, TensorProxy) else f"i{s.input}")
-            else:
-                env[f"const_{s.name}"] = s.value
-                call.append(f"const_{s.name}")
+        call += launch.scalar_args(plan.scalars, region, env)
         blocks, threads = launch_config(plan.numel)
         config = f"{blocks}, {threads}" + ("" if simulator() else ", stream()")
         env["stream"] = _stream

@@ -17,9 +17,8 @@ from primtrace.executors.numba import kernel_cache, launch
 from primtrace.executors.numba.backends import cuda
 from primtrace.executors.numba.plan import NotFusible, Store
 from primtrace.executors.numba.reduction_plan import (RowPlan, element_offset, operands,
-                                                     runtime_strides, split_strides)
+                                                     row_offset_lines, runtime_strides)
 from primtrace.executors.numba.reduction_plan import analyze as _analyze
-from primtrace.ir.proxy import TensorProxy
 
 #: threads per block (a power of two: the tree halves it); fewer under the simulator
 THREADS = 256
@@ -154,11 +153,7 @@ def render_kernel(plan: RowPlan) -> str:
         inner += [f"i{d} = {rest} % n{d}", f"rest{d} = {rest} // n{d}"]
         rest = f"rest{d}"
     inner.append(f"i0 = {rest}")
-    for op in operands(plan):
-        rs, _ = split_strides(op, plan)
-        terms = [f"i{d} * {op.name}_s{d}" for d, s in enumerate(rs) if s]
-        if terms:
-            inner.append(f"{op.name}_row = {' + '.join(terms)}")
+    inner += row_offset_lines(plan)
     npasses = len(plan.passes)
     for p in range(npasses):
         inner += [_line(line, plan, True) for stage, line in plan.row_lines if stage == p]
@@ -194,13 +189,7 @@ def launcher_source(plan: RowPlan, region, fn_name: str) -> tuple[str, dict]:
                 launch.extent_bytes(proxy) // proxy.dtype.itemsize
             call.append(f"flat({tensor}, {extent})")
             call += [str(v) for _, v in runtime_strides(op, plan)]
-        for s in plan.scalars:
-            if s.input is not None:
-                p = region.inputs[s.input]
-                call.append(f"i{s.input}.item()" if isinstance(p, TensorProxy) else f"i{s.input}")
-            else:
-                env[f"const_{s.name}"] = s.value
-                call.append(f"const_{s.name}")
+        call += launch.scalar_args(plan.scalars, region, env)
         blocks = min(plan.nrows, 2 if cuda.simulator() else MAX_BLOCKS)
         config = f"{blocks}, {_threads()}" + ("" if cuda.simulator() else ", stream()")
         lines.append(f"    kernel[{config}]({', '.join(call)})")
