@@ -367,6 +367,7 @@ def prelu(input, weight):
 # --- over the reductions: softmax and the norms, the regression losses -------------------------
 from primtrace.refs.nn.classification import *  # noqa: E402,F401,F403
 from primtrace.refs.nn.composites import *  # noqa: E402,F401,F403
+from primtrace.refs.nn.attention import *  # noqa: E402,F401,F403  (multi-head attention)
 from primtrace.refs.nn.losses import huber_loss, l1_loss, mse_loss, smooth_l1_loss  # noqa: E402
 from primtrace.refs.nn.softmax_norms import (layer_norm, log_softmax, rms_norm, softmax,  # noqa: E402
                                              softmin)
