@@ -107,6 +107,10 @@ EXAMPLES = {
     **dict.fromkeys(("index_fill", "index_fill_"), [T((2, 3)), 0, T((2,), torch.int64), 0.5]),
     "native_layer_norm": [T((2, 3)), (3,), T((3,)), T((3,)), 1e-5],
     "native_group_norm": [T((2, 4, 3)), T((4,)), T((4,)), 2, 4, 3, 2, 1e-5],
+    # (L, N, E) query, key, value; embed_dim, heads, in_proj weight and bias, bias_k, bias_v,
+    # add_zero_attn, dropout_p, out_proj weight and bias
+    "multi_head_attention_forward": [T((3, 2, 4)), T((5, 2, 4)), T((5, 2, 4)), 4, 2, T((12, 4)),
+                                     T((12,)), None, None, False, 0.0, T((4, 4)), T((4,))],
 }
 
 

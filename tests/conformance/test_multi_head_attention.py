@@ -19,9 +19,12 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import primtrace
+from primtrace.executors.numba import NumbaFusionExecutor
 from primtrace.refs.nn import functional as RF
 from tests.conformance.harness import compare_outputs, make_tensor
 
+#: the refs.nn.functional names this suite covers (test_nn_functional checks every one is)
+NAMES = ["multi_head_attention_forward"]
 E, HEADS, L, S, N = 8, 2, 4, 5, 3
 DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 HALF = (torch.bfloat16, torch.float16)
@@ -110,7 +113,8 @@ def projections(dtype):
     yield "self", packed, x, x, x
     yield "enc-dec", packed, x, y, y
     yield "three", packed, x, y, z
-    yield "kdim vdim", module(dtype, kdim=6, vdim=4), x, t((S, N, 6), dtype, 4), t((S, N, 4), dtype, 5)
+    separate = module(dtype, kdim=6, vdim=4)
+    yield "kdim vdim", separate, x, t((S, N, 6), dtype, 4), t((S, N, 4), dtype, 5)
     yield "no bias", module(dtype, bias=False), x, y, z
 
 
@@ -139,10 +143,13 @@ WEIGHTS = (("need_weights", {"need_weights": True}),
 
 def grid(dtype):
     """Pairwise: every mask with every weights option (the projection kinds in turn), and in
-    float32 also every projection kind with every mask (the weights options in turn)."""
+    float32 also every projection kind with every mask (the weights options in turn); in
+    half precision each mask once, the weights options and projection kinds in turn."""
     projs, names = list(projections(dtype)), [name for name, _ in masks(dtype, L, S)]
     pairs = [(i % len(projs), mask, w) for i, (mask, w) in enumerate(
         itertools.product(names, range(len(WEIGHTS))))]
+    if dtype in HALF:
+        pairs = [(i % len(projs), mask, i % len(WEIGHTS)) for i, mask in enumerate(names)]
     if dtype is torch.float32:
         pairs += [(p, mask, i % len(WEIGHTS)) for i, (p, mask) in enumerate(
             itertools.product(range(len(projs)), names))]
@@ -180,7 +187,7 @@ def test_ref_extra_keys_unbatched_static(dtype):
         cases.append((f"unbatched masks {wkw}", f_args(
             m, u, t((S, E), dtype, 6), t((S, E), dtype, 6), key_padding_mask=kpm[1],
             attn_mask=t((HEADS, L, S), dtype, 7) > 0, **wkw)))
-        static_k, static_v = t((N * HEADS, 6, E // HEADS), dtype, 8), t((N * HEADS, 6, E // HEADS), dtype, 9)
+        static_k, static_v = (t((N * HEADS, 6, E // HEADS), dtype, seed) for seed in (8, 9))
         cases.append((f"static k/v {wkw}", f_args(m, x, y, y, static_k=static_k,
                                                   static_v=static_v, **wkw)))
         empty = t((L, 0, E), dtype, 10)
@@ -244,15 +251,15 @@ def test_dropout_draws_eagers_mask(need_weights, dtype):
     numbers for a seed."""
     m = module(dtype, dropout=0.4)
     x, y = t((L, N, E), dtype, 1), t((S, N, E), dtype, 2)
-    args, kw = f_args(m, x, y, y, need_weights=need_weights,
-                      key_padding_mask=torch.rand(N, S, generator=torch.Generator().manual_seed(0)) > 0.8)
+    kpm = torch.rand(N, S, generator=torch.Generator().manual_seed(0)) > 0.8
+    args, kw = f_args(m, x, y, y, need_weights=need_weights, key_padding_mask=kpm)
     assert kw["training"]
 
     def draw(fn):
         torch.manual_seed(11)
         return fn(*args, **kw)
     eager = draw(F.multi_head_attention_forward)
-    jfn = primtrace.jit(F.multi_head_attention_forward)
+    jfn = primtrace.jit(F.multi_head_attention_forward, executors=[primtrace.TORCH])  # prims
     with torch.no_grad():
         for fn in (RF.multi_head_attention_forward, jfn):
             got = draw(fn)
@@ -296,7 +303,8 @@ def _module_call(options, call, batch_first, dtype=torch.float32):
     return m, (x, k, v), kwargs
 
 
-@pytest.mark.parametrize("name, options, call, batch_first", JIT_CASES, ids=[c[0] for c in JIT_CASES])
+@pytest.mark.parametrize("name, options, call, batch_first", JIT_CASES,
+                         ids=[c[0] for c in JIT_CASES])
 def test_jit_module_values_grads_and_no_opaque_op(name, options, call, batch_first):
     """The module through jit: no opaque op, the outputs and weights of eager without grad
     (the prims run) and with it, and the parameters' gradients of eager's (backward outside
@@ -351,9 +359,17 @@ def test_fast_path_model_through_jit(need_weights):
         check_module(primtrace.jit(m), m, args, kwargs, "fast path")
 
 
-def test_jit_function_over_dtypes():
-    """F.multi_head_attention_forward itself through jit, each float dtype, a few options."""
-    jfn = primtrace.jit(F.multi_head_attention_forward)
+#: through jit, the default executors keep the call whole (its matmuls do not fuse: torch's
+#: own call runs); these run the ref's prims, one by one or fused without the cost model
+PRIMS_RUN = {"torch executor": [primtrace.TORCH],
+             "numba, no cost model": [NumbaFusionExecutor(cost_model=False), primtrace.TORCH]}
+
+
+@pytest.mark.parametrize("executors", PRIMS_RUN.values(), ids=PRIMS_RUN.keys())
+def test_jit_runs_the_refs_prims(executors):
+    """F.multi_head_attention_forward through jit with its prims run (each dtype, a few
+    options), and a module in eval mode under no_grad, where eager takes the fast path."""
+    jfn = primtrace.jit(F.multi_head_attention_forward, executors=executors)
     for dtype in DTYPES:
         m = module(dtype)
         x, y = t((L, N, E), dtype, 1), t((S, N, E), dtype, 2)
@@ -362,6 +378,11 @@ def test_jit_function_over_dtypes():
             args, kwargs = f_args(m, x, y, y, **kw)
             with torch.no_grad():
                 check(jfn, args, kwargs, f"{dtype} {sorted(kw)}")
+            nodes = primtrace.last_trace(jfn).flat_nodes()
+            assert [n for n in nodes if n.symbol.kind == "opaque"] == []
+    m, args, kwargs = _module_call({}, {"key_padding_mask": "kpm"}, batch_first=True)
+    with torch.no_grad():
+        check_module(primtrace.jit(m.eval(), executors=executors), m, args, kwargs, "eval")
 
 
 def test_torch_name_maps_to_the_ref():

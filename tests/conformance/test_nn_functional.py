@@ -135,11 +135,13 @@ def test_out_conformance(spec):
 
 def test_every_ref_has_a_spec_or_an_inplace_case():
     from tests.conformance.test_convolution import CONV_NAMES, POOL_NAMES
+    from tests.conformance.test_multi_head_attention import NAMES as MHA_NAMES
     from tests.conformance.test_nn_composites import NN_NAMES  # composites, classification
     from tests.conformance.test_shuffles import SHUFFLE_NAMES
     from tests.conformance.test_softmax_norms_losses import NAMES  # softmax, norms, losses
     covered = ({s.name for s in SPECS} | {name for name, *_ in INPLACE} | set(NAMES)
-               | set(CONV_NAMES) | set(POOL_NAMES) | set(SHUFFLE_NAMES) | set(NN_NAMES))
+               | set(CONV_NAMES) | set(POOL_NAMES) | set(SHUFFLE_NAMES) | set(NN_NAMES)
+               | set(MHA_NAMES))
     assert set(RF.__all__) <= covered, set(RF.__all__) - covered
 
 

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 import primtrace.dynamo
+from primtrace.tracer import mapping
 
 from . import models
 from .harness import (
@@ -98,6 +99,25 @@ def test_second_input_kind(case, mode):
         assert_same(run(fn, case.inputs(1)), run(eager, case.inputs(1)), "first kind")
         assert_same(run(fn, case.alt_inputs(2)), run(eager, case.alt_inputs(2)), "second kind")
         assert_same(run(fn, case.inputs(3)), run(eager, case.inputs(3)), "first kind again")
+
+
+@cases
+@pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
+def test_no_opaque_op(case, train):
+    """Every torch call of the models has a ref: explain names no opaque op (with grad and
+    under no_grad, where an eval-mode nn.MultiheadAttention takes eager's fast path); the
+    torch calls of the execution trace under no_grad are calls with a ref that the cost
+    model keeps whole (their prims would not fuse)."""
+    _, model = make_pair(case, dropout=0.1)
+    model.train(train)
+    args, kwargs = case.inputs(1)
+    assert primtrace.explain(model, *args, **kwargs).opaque == []
+    fn = primtrace.jit(model)
+    with torch.no_grad():
+        assert primtrace.explain(model, *args, **kwargs).opaque == []
+        fn(*args, **kwargs)
+    calls = [n.symbol for n in primtrace.last_trace(fn).flat_nodes() if n.symbol.kind == "opaque"]
+    assert [s.qualname for s in calls if mapping.resolve(s.torch_function).ref is None] == []
 
 
 # --- autograd and training -------------------------------------------------------------------
