@@ -100,6 +100,10 @@ def _sdpa_samples(spec):
     yield SampleInput((q, k, v), {"is_causal": True}, "causal, L < S")
     yield SampleInput((q, k.double(), v), {}, "dtypes")
     yield SampleInput((q, k, v), {"attn_mask": t((5, 7), torch.bool), "is_causal": True}, "mask and causal")
+    for dtype in (torch.float64, torch.float16, torch.int64):
+        yield SampleInput((q, k, v), {"attn_mask": t((5, 7), dtype)}, f"{_name(dtype)} mask")
+    yield SampleInput((q.double(), k.double(), v.double()), {"attn_mask": t((5, 7))},
+                      "float64 query, float32 mask")
     masked = t((5, 7), torch.bool, 4)
     masked[1] = False
     yield SampleInput((q, k, v), {"attn_mask": masked}, "a row masked everywhere")

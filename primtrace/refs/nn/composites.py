@@ -254,6 +254,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                            f"query.dtype: {dtypes.c_type_name(query.dtype)} key.dtype: "
                            f"{dtypes.c_type_name(key.dtype)} and value.dtype: "
                            f"{dtypes.c_type_name(value.dtype)} instead.")
+    if attn_mask is not None and attn_mask.dtype not in (torch.bool, torch.float32, query.dtype):
+        raise RuntimeError(f"Expected attn_mask dtype to be bool or float or to match query "
+                           f"dtype, but got attn_mask.dtype: "
+                           f"{dtypes.c_type_name(attn_mask.dtype)} and  query.dtype: "
+                           f"{dtypes.c_type_name(query.dtype)} instead.")
     if not query.dtype.is_floating_point:
         raise RuntimeError("scaled_dot_product_attention: expected floating point inputs")
     if is_causal and attn_mask is not None:
