@@ -70,8 +70,9 @@ def _upcast(obj, memo):
     return obj
 
 
-def check(fn, args, kwargs, what):
-    """fn against eager on the same arguments: eager's error type, or its outputs."""
+def check(fn, args, kwargs, what, message=False):
+    """fn against eager on the same arguments: eager's error type (and `message`: its text),
+    or its outputs."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -86,6 +87,7 @@ def check(fn, args, kwargs, what):
         assert isinstance(our_error, type(eager_error)), (
             f"{what}: eager raised {type(eager_error).__name__}: {eager_error}; ours "
             f"{'returned' if our_error is None else repr(our_error)}")
+        assert not message or str(our_error) == str(eager_error), f"{what}: {our_error}"
         return
     assert our_error is None, f"{what}: ours raised {our_error!r}"
 
@@ -197,13 +199,19 @@ def test_ref_extra_keys_unbatched_static(dtype):
 
 
 def test_ref_raises_eagers_errors():
-    """Where eager raises, the ref raises the same kind of error."""
+    """Where eager raises, the ref raises the same error, with eager's message."""
     m, ms = module(), module(kdim=6, vdim=4)
     x, y = t((L, N, E), seed=1), t((S, N, E), seed=2)
     args, kw = f_args(m, x, y, y)
     bad = {
+        "number query": ((1.0, y, y, *args[3:]), kw),
         "4-d query": ((t((1, L, N, E)), y, y, *args[3:]), kw),
         "2-d query, 3-d key": ((t((L, E)), y, y, *args[3:]), kw),
+        "unbatched query, batched key": ((t((L, E)), y, y, *args[3:]), kw),
+        "unbatched, 2-d kpm": ((t((L, E)), t((S, E)), t((S, E)), *args[3:]),
+                               {**kw, "key_padding_mask": torch.zeros(1, S, dtype=torch.bool)}),
+        "unbatched, 3-d attn shape": ((t((L, E)), t((S, E)), t((S, E)), *args[3:]),
+                                      {**kw, "attn_mask": torch.zeros(HEADS + 1, L, S)}),
         "embed dim": ((x, y, y, 6, *args[4:]), kw),
         "heads": ((x, y, y, E, 3, *args[5:]), kw),
         "key/value shapes": ((x, y, t((S + 1, N, E)), *args[3:]), kw),
@@ -229,7 +237,14 @@ def test_ref_raises_eagers_errors():
         "mixed dtypes": f_args(m, x.double(), y, y),
     }
     for what, (a, k) in bad.items():
-        check(RF.multi_head_attention_forward, a, k, what)
+        check(RF.multi_head_attention_forward, a, k, what, message=True)
+    # masks of another float dtype than the query's: baddbmm's and sdpa's dtype errors
+    # (refs.baddbmm words its own)
+    for mkw in ({"key_padding_mask": t((N, S), torch.float64)},
+                {"attn_mask": t((L, S), torch.float64)},
+                {"attn_mask": t((L, S), torch.float64), "need_weights": False},
+                {"attn_mask": t((L, S), torch.float16), "key_padding_mask": t((N, S)) > 0}):
+        check(RF.multi_head_attention_forward, args, {**kw, **mkw}, f"mask dtypes {mkw}")
 
 
 def test_mismatched_mask_types_warn_as_eager():
@@ -243,12 +258,13 @@ def test_mismatched_mask_types_warn_as_eager():
 
 
 # --- dropout ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("need_weights", [True, False])
-@pytest.mark.parametrize("dtype", (torch.float32, torch.float64), ids=str)
-def test_dropout_draws_eagers_mask(need_weights, dtype):
+@pytest.mark.parametrize("dtype, need_weights", [
+    (torch.float32, True), (torch.float32, False), (torch.float64, True), (torch.float64, False),
+    (torch.float16, True), (torch.bfloat16, True)], ids=str)
+def test_dropout_draws_eagers_mask(dtype, need_weights):
     """With need_weights eager drops the weights with F.dropout, without them sdpa drops
-    them (its math path on the CPU, F.dropout's draws again): the ref and jit draw the same
-    numbers for a seed."""
+    them (its math path on the CPU in float32/float64, F.dropout's draws again): the ref and
+    jit draw the same numbers for a seed."""
     m = module(dtype, dropout=0.4)
     x, y = t((L, N, E), dtype, 1), t((S, N, E), dtype, 2)
     kpm = torch.rand(N, S, generator=torch.Generator().manual_seed(0)) > 0.8
@@ -267,6 +283,22 @@ def test_dropout_draws_eagers_mask(need_weights, dtype):
             if need_weights:
                 torch.testing.assert_close(got[1], eager[1])
         assert not torch.equal(draw(jfn)[0], jfn(*args, **kw)[0])   # a new draw per call
+
+
+def test_sdpa_dropout_in_half_precision_is_left_to_torch():
+    """Without weights eager drops inside sdpa, whose ref has no dropout in half precision
+    (eager's CPU kernel draws its own way): the call is torch's (opaque). Not training, or
+    with weights (F.dropout's draws), it has its ref."""
+    m = module(torch.float16, dropout=0.3)
+    x = t((L, N, E), torch.float16)
+    args, kw = f_args(m, x, x, x, need_weights=False)
+    with pytest.raises(NotImplementedError):
+        RF.multi_head_attention_forward(*args, **kw)
+    opaque = [name for name, _ in _opaque(F.multi_head_attention_forward, *args, **kw)]
+    assert opaque == ["torch.nn.functional.multi_head_attention_forward"]
+    for other in ({"training": False}, {"need_weights": True}):
+        assert _opaque(F.multi_head_attention_forward, *args, **{**kw, **other}) == []
+    check(RF.multi_head_attention_forward, args, {**kw, "training": False}, "not training")
 
 
 # --- through jit ------------------------------------------------------------------------------

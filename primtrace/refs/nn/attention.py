@@ -45,41 +45,30 @@ def _declines(query, key, value, embed_dim_to_check, num_heads, in_proj_weight, 
 # --- eager's checks and masks ----------------------------------------------------------------
 def _shape_check(query, key, value, key_padding_mask, attn_mask, num_heads) -> bool:
     """F._mha_shape_check: whether the input is batched (3-d) or not (2-d)."""
-    if query.ndim == 3:
-        if key.ndim != 3 or value.ndim != 3:
-            raise AssertionError(
-                f"For batched (3-D) `query`, expected `key` and `value` to be 3-D but found "
-                f"{key.ndim}-D and {value.ndim}-D tensors respectively")
-        if key_padding_mask is not None and key_padding_mask.ndim != 2:
-            raise AssertionError(
-                f"For batched (3-D) `query`, expected `key_padding_mask` to be `None` or 2-D "
-                f"but found {key_padding_mask.ndim}-D tensor instead")
-        if attn_mask is not None and attn_mask.ndim not in (2, 3):
-            raise AssertionError(
-                f"For batched (3-D) `query`, expected `attn_mask` to be `None`, 2-D or 3-D "
-                f"but found {attn_mask.ndim}-D tensor instead")
-        return True
-    if query.ndim == 2:
-        if key.ndim != 2 or value.ndim != 2:
-            raise AssertionError(
-                f"For unbatched (2-D) `query`, expected `key` and `value` to be 2-D but found "
-                f"{key.ndim}-D and {value.ndim}-D tensors respectively")
-        if key_padding_mask is not None and key_padding_mask.ndim != 1:
-            raise AssertionError(
-                f"For unbatched (2-D) `query`, expected `key_padding_mask` to be `None` or 1-D "
-                f"but found {key_padding_mask.ndim}-D tensor instead")
-        if attn_mask is not None:
-            if attn_mask.ndim not in (2, 3):
-                raise AssertionError(
-                    f"For unbatched (2-D) `query`, expected `attn_mask` to be `None`, 2-D or "
-                    f"3-D but found {attn_mask.ndim}-D tensor instead")
-            expected = (num_heads, query.shape[0], key.shape[0])
-            if attn_mask.ndim == 3 and tuple(attn_mask.shape) != expected:
-                raise AssertionError(f"Expected `attn_mask` shape to be {expected} but got "
-                                     f"{_size(attn_mask.shape)}")
-        return False
-    raise AssertionError(f"query should be unbatched 2D or batched 3D tensor but received "
-                         f"{query.ndim}-D query tensor")
+    if query.ndim not in (2, 3):
+        raise AssertionError(f"query should be unbatched 2D or batched 3D tensor but received "
+                             f"{query.ndim}-D query tensor")
+    batched = query.ndim == 3
+    what = "batched (3-D)" if batched else "unbatched (2-D)"
+    if key.ndim != query.ndim or value.ndim != query.ndim:
+        raise AssertionError(
+            f"For {what} `query`, expected `key` and `value` to be {query.ndim}-D but found "
+            f"{key.ndim}-D and {value.ndim}-D tensors respectively")
+    kpm_ndim = query.ndim - 1
+    if key_padding_mask is not None and key_padding_mask.ndim != kpm_ndim:
+        raise AssertionError(
+            f"For {what} `query`, expected `key_padding_mask` to be `None` or {kpm_ndim}-D "
+            f"but found {key_padding_mask.ndim}-D tensor instead")
+    if attn_mask is not None and attn_mask.ndim not in (2, 3):
+        raise AssertionError(
+            f"For {what} `query`, expected `attn_mask` to be `None`, 2-D or 3-D but found "
+            f"{attn_mask.ndim}-D tensor instead")
+    expected = (num_heads, query.shape[0], key.shape[0])
+    if not batched and attn_mask is not None and attn_mask.ndim == 3 and tuple(
+            attn_mask.shape) != expected:
+        raise AssertionError(f"Expected `attn_mask` shape to be {expected} but got "
+                             f"{_size(attn_mask.shape)}")
+    return batched
 
 
 def _canonical_mask(mask, name, other, other_name, dtype):
@@ -104,7 +93,7 @@ def _check_mask_shape(attn_mask, bsz, num_heads, tgt_len, src_len):
         raise RuntimeError(f"attn_mask's dimension {attn_mask.ndim} is not supported")
     if tuple(attn_mask.shape) != expected:
         raise RuntimeError(f"The shape of the {attn_mask.ndim}D attn_mask is "
-                           f"{_size(attn_mask.shape)}, but should be {_size(expected)}.")
+                           f"{_size(attn_mask.shape)}, but should be {expected}.")
     return refs.unsqueeze(attn_mask, 0) if attn_mask.ndim == 2 else attn_mask
 
 
@@ -178,15 +167,16 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
                                  use_separate_proj_weight=False, q_proj_weight=None,
                                  k_proj_weight=None, v_proj_weight=None, static_k=None,
                                  static_v=None, average_attn_weights=True, is_causal=False):
-    """(attn_output, attn_weights) as eager: in-projection, masks merged to one additive
-    mask, then with need_weights softmax(q * E^-1/2 @ k^T + mask) (dropped by F.dropout's
-    draws when training), its average over heads (average_attn_weights), else
-    scaled_dot_product_attention (sdpa's dropout draws) and weights None; out-projection.
-    Dropout matches eager's numbers for a seed on the CPU in both paths; sdpa's dropout in
-    half precision or off the CPU is declined (torch runs the call)."""
-    for name, t in (("query", query), ("key", key), ("value", value)):
-        if not is_tensor(t):
-            raise TypeError(f"multi_head_attention_forward(): argument '{name}' must be Tensor")
+    """(attn_output, attn_weights) as eager: in-projection, masks merged into one additive
+    mask, then with need_weights softmax(q * E^-1/2 @ k^T + mask), averaged over heads
+    unless average_attn_weights=False, else scaled_dot_product_attention and weights None;
+    out-projection. Training with dropout_p, need_weights drops the weights with the dropout
+    ref (F.dropout's draws), need_weights=False with the sdpa ref (eager's math path on the
+    CPU, F.dropout's draws too): for a seed, eager's numbers on the CPU either way. sdpa's
+    dropout in half precision or off the CPU has no ref: such a call is declined."""
+    for t in (query, key, value):
+        if not is_tensor(t):   # eager's first use of them is t.dim()
+            raise AttributeError(f"'{type(t).__name__}' object has no attribute 'dim'")
     num_heads = int(concrete(num_heads))
     need_weights, is_causal = bool(concrete(need_weights)), bool(concrete(is_causal))
     dropout_p = float(concrete(dropout_p)) if concrete(training) else 0.0
@@ -255,7 +245,7 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
         attn_mask = _merge(attn_mask, key_padding_mask, bsz, num_heads, src_len)
     shape = dict(bsz=bsz, heads=num_heads, tgt_len=tgt_len, src_len=src_len, embed_dim=embed_dim)
     if need_weights:
-        out, weights = _attention_weights(q, k, v, attn_mask, is_causal, dropout_p, **shape)
+        out, weights = _attention_weights(q, k, v, attn_mask, dropout_p, **shape)
         weights = refs.view(weights, bsz, num_heads, tgt_len, src_len)
         if average_attn_weights:
             weights = refs.mean(weights, dim=1)
@@ -288,12 +278,11 @@ def _merge(attn_mask, key_padding_mask, bsz, num_heads, src_len):
     return kpm if attn_mask is None else refs.add(attn_mask, kpm)
 
 
-def _attention_weights(q, k, v, attn_mask, is_causal, dropout_p, *, bsz, heads, tgt_len,
-                       src_len, embed_dim):
-    """need_weights: eager's explicit path, (output rows (L * N, E), weights (N * heads, L, S))."""
+def _attention_weights(q, k, v, attn_mask, dropout_p, *, bsz, heads, tgt_len, src_len,
+                       embed_dim):
+    """need_weights: eager's explicit path (is_causal has its mask here), (output rows
+    (L * N, E), weights (N * heads, L, S))."""
     q_scaled = refs.mul(q, math.sqrt(1.0 / float(q.shape[2])))
-    if is_causal and attn_mask is None:
-        raise AssertionError("FIXME: is_causal not implemented for need_weights")
     kt = refs.transpose(k, -2, -1)
     scores = (refs.baddbmm(attn_mask, q_scaled, kt) if attn_mask is not None
               else refs.bmm(q_scaled, kt))
