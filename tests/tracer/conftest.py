@@ -16,3 +16,14 @@ def torch_executor_by_default(request, monkeypatch):
         return
     monkeypatch.setattr(sys.modules["primtrace.jit"], "default_executors", lambda: [primtrace.TORCH])
     yield
+
+
+@pytest.fixture(params=["c", "python"])
+def both_hit_paths(request, monkeypatch):
+    """Run a test with jit's hit path in C (primtrace/_hitpath.c) and with its Python twin."""
+    jit_module = sys.modules["primtrace.jit"]
+    if request.param == "c" and jit_module._CHitPath is None:
+        pytest.skip("primtrace._hitpath is not built")
+    if request.param == "python":
+        monkeypatch.setattr(jit_module, "_CHitPath", None)
+    yield request.param

@@ -8,6 +8,8 @@ import torch
 import primtrace
 from primtrace.tracer.inputs import cache_key
 
+pytestmark = pytest.mark.usefixtures("both_hit_paths")
+
 
 def counts(jfn):
     info = primtrace.cache_info(jfn)
@@ -310,3 +312,29 @@ def test_a_jitted_modules_attributes_named_like_partials_are_the_modules():
     assert jm.args == {"depth": 2} and jm.func == "relu"
     with pytest.raises(AttributeError):
         primtrace.jit(lambda x: x).args
+
+
+def test_errors_of_a_cached_call_reach_the_caller():
+    """An error raised while the remembered entry runs (here eager's IndexError of an index
+    only known at run time) propagates from the hit path, in C as in Python."""
+    jf = primtrace.jit(lambda x, i: x[i])
+    x = torch.randn(5, 2)
+    jf(x, torch.tensor([1, 4]))
+    jf(x, torch.tensor([0, 3]))
+    with pytest.raises(IndexError):
+        jf(x, torch.tensor([0, 7]))
+    torch.testing.assert_close(jf(x, torch.tensor([2, 2])), x[torch.tensor([2, 2])])
+    assert counts(jf) == (3, 1)
+
+
+def test_a_jitted_function_is_freed_with_its_last_reference():
+    """The hit path and the jitted function reference each other (a cycle the garbage
+    collector frees)."""
+    import gc
+    import weakref
+    jf = primtrace.jit(lambda a: a * 2)
+    jf(torch.randn(3)), jf(torch.randn(3))
+    ref = weakref.ref(jf)
+    del jf
+    gc.collect()
+    assert ref() is None

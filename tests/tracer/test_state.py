@@ -11,7 +11,8 @@ import torch.nn.functional as F
 import primtrace
 from primtrace.tracer import TracingError
 
-pytestmark = pytest.mark.filterwarnings("ignore::primtrace.OpaqueOpWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::primtrace.OpaqueOpWarning"),
+              pytest.mark.usefixtures("both_hit_paths")]
 
 
 class Block(nn.Module):
