@@ -3,12 +3,20 @@ indices or probabilities, label_smoothing), poisson_nll_loss, hinge_embedding_lo
 margin_ranking_loss and triplet_margin_loss (exported by ``refs.nn.functional``).
 
 nll_loss picks each target's log-probability with ``prims.gather`` along the class dim
-(input (C,), (N, C) or (N, C, d1, ...)); targets equal to ignore_index weigh 0, other
-targets outside [0, C) raise eager's IndexError when the trace runs (``prims.check_targets``,
-a guard: targets are data). 'mean' divides by the summed weights of the targets kept (NaN
-when none is). The loss is computed in the opmath dtype and rounded once. cross_entropy is
-eager's composite: log_softmax, then nll_loss and, with label_smoothing, eager's smoothing
-term. The legacy size_average/reduce arguments are declined (torch runs such calls).
+(input (C,), (N, C) or (N, C, d1, ...)); targets equal to ignore_index weigh 0 and add 0
+(even where their row is inf or NaN), other targets outside [0, C) raise eager's IndexError
+when the trace runs (``prims.check_targets``, a guard: targets are data). 'mean' divides by
+the summed weights of the targets kept (NaN when none is). The loss is computed in the
+opmath dtype and rounded once.
+
+cross_entropy with class indices computes log_softmax only at the targets, as
+``(x_t - amax) - log(sum(exp(x - amax)))`` with x_t gathered from the input: a row kernel
+then writes one value per row, not the (N, C) log-probabilities (W9). Those per-target
+values and their reduction are float64 (one per row, cheap) and rounded once, so the loss
+is as close to float64 as eager's or closer. label_smoothing adds eager's smoothing term
+(the full log_softmax, summed over classes in the row kernel); class probabilities are
+eager's composite over log_softmax. The legacy size_average/reduce arguments are declined
+(torch runs such calls).
 """
 from __future__ import annotations
 
@@ -155,16 +163,18 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     classes = _nll_checks(input, target, weight)
     ignore_index = int(concrete(ignore_index))
     picked, kept = _picked(input, target, classes, ignore_index)
-    picked = maybe_convert(picked, x.dtype)
+    picked = maybe_convert(picked, torch.float64)  # one value per target: float64 is cheap
     if classes:
         amax, shifted, _, total = softmax_norms.row_statistics(x, (class_dim,))
-        log_total = prims.log(total)
-        picked = prims.sub(prims.sub(picked, amax), log_total)  # log_softmax's rounding order
-    loss = nll(picked, kept, target, weight, reduction, x.dtype)
+        log_total = prims.log(maybe_convert(total, torch.float64))
+        picked = prims.sub(prims.sub(picked, maybe_convert(amax, torch.float64)), log_total)
+    loss = nll(picked, kept, target, weight, reduction, torch.float64)
     if smoothing > 0:
-        logp = prims.sub(shifted, softmax_norms.keep(log_total, x, (class_dim,))) if classes else x
+        logp = x if not classes else prims.sub(
+            shifted, softmax_norms.keep(prims.log(total), x, (class_dim,)))
         smooth = _smooth_term(logp, kept, target, weight, reduction, class_dim)
-        loss = prims.add(prims.mul(loss, 1 - smoothing), prims.mul(smooth, smoothing / classes))
+        smooth = prims.mul(maybe_convert(smooth, torch.float64), smoothing / classes)
+        loss = prims.add(prims.mul(loss, 1 - smoothing), smooth)
     return maybe_convert(loss, input.dtype)
 
 
