@@ -243,7 +243,8 @@ def _class_samples(spec):
     if ce:
         for dtype in FLOATS:
             for big in (x * 100, x + 1000):
-                yield SampleInput((big.to(dtype), target), {"reduction": "none"}, f"{_name(dtype)} large")
+                yield SampleInput((big.to(dtype), target), {"reduction": "none"},
+                                  f"{_name(dtype)} large")
     if ce:
         for smoothing in (0.1, 1.0):
             for reduction in REDUCTIONS:

@@ -1,8 +1,8 @@
 """Fused reductions (issue 11): row kernels on the CPU against eager.
 
 softmax, log_softmax, layer_norm, rms_norm, gelu(layer_norm(x + r)), masked scaled
-softmax, sum, mean, (a * b).sum, var and cross_entropy's log-sum-exp through jit with the Numba executor: one fused
-region each, values at least as close to a float64 computation as eager's (the
+softmax, sum, mean, (a * b).sum, var and cross_entropy's log-sum-exp through jit with the
+Numba executor: one fused region each, values at least as close to a float64 computation as eager's (the
 conformance rule), over float32/float64/float16/bfloat16 and integer sums; rows=1, cols=1,
 empty tensors, non-contiguous rows, NaN/inf, fully masked rows; a long float32 sum against
 float64; the cost model's choices; and the kernels' LLVM IR (vectorized passes). Shapes
