@@ -239,6 +239,16 @@ def _class_samples(spec):
     for reduction in REDUCTIONS:
         yield SampleInput((y3, target3), {"reduction": reduction, "weight": w}, f"4-d {reduction}")
     yield SampleInput((t((4, 5), torch.int64), target), {}, "int64 input")
+    specials = x.clone()
+    specials[1], specials[2, 0], specials[3, 1] = float("nan"), float("-inf"), float("-inf")
+    for reduction in REDUCTIONS:   # ignored rows add 0 even where inf or NaN; -inf at a target
+        yield SampleInput((specials, torch.tensor([0, -100, -100, 1])), {"reduction": reduction},
+                          f"nonfinite rows {reduction}")
+    if ce:
+        for dtype in FLOATS:
+            for big in (x * 100, x + 1000):
+                yield SampleInput((big.to(dtype), target), {"reduction": "none"},
+                                  f"{_name(dtype)} large")
     if ce:
         for smoothing in (0.1, 1.0):
             for reduction in REDUCTIONS:

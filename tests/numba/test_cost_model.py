@@ -91,6 +91,15 @@ def test_a_call_with_a_prim_left_to_torch_runs_whole():
     torch.testing.assert_close(got, torch.floor_divide(a * 2, b) + 1, rtol=0, atol=0)
 
 
+def test_cross_entropy_fuses_around_its_gather():
+    """W9's pattern: the logit at each target is gathered in torch (one per row), the row
+    kernel computes the loss per row; the call is not left whole to torch."""
+    x, t = torch.randn(64, 1024), torch.randint(0, 1024, (64,))
+    got, nodes = run(F.cross_entropy, x, t)
+    assert "prims.gather" in nodes and "torch.nn.functional.cross_entropy" not in nodes, nodes
+    torch.testing.assert_close(got, F.cross_entropy(x, t))
+
+
 def test_bfloat16_gelu_stays_eagers_call_in_a_chain():
     a, b = (torch.randn(1 << 16).bfloat16() for _ in range(2))
     got, nodes = run(lambda a, b: F.gelu(a + b), a, b)

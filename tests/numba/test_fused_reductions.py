@@ -1,8 +1,8 @@
 """Fused reductions (issue 11): row kernels on the CPU against eager.
 
 softmax, log_softmax, layer_norm, rms_norm, gelu(layer_norm(x + r)), masked scaled
-softmax, sum, mean, (a * b).sum and var through jit with the Numba executor: one fused
-region each, values at least as close to a float64 computation as eager's (the
+softmax, sum, mean, (a * b).sum, var and cross_entropy's log-sum-exp through jit with the
+Numba executor: one fused region each, values at least as close to a float64 computation as eager's (the
 conformance rule), over float32/float64/float16/bfloat16 and integer sums; rows=1, cols=1,
 empty tensors, non-contiguous rows, NaN/inf, fully masked rows; a long float32 sum against
 float64; the cost model's choices; and the kernels' LLVM IR (vectorized passes). Shapes
@@ -134,6 +134,78 @@ def test_nan_inf_and_masks():
     xd = x.double()
     for fn in (lambda x: x.amax(-1), lambda x: x.sum(-1)):   # float64 keys, compensated sum
         check_against_eager(fused(fn), fn, xd)
+
+
+# --- cross_entropy (W9) ---------------------------------------------------------------------------
+def _logits(kind, g):
+    x = torch.randn(12, 300, generator=g)
+    if kind == "x*100":
+        return x * 100
+    if kind == "x+1000":
+        return x + 1000
+    if kind == "-inf":
+        x[::3, ::2] = NEG_INF
+        x[1, 7] = NEG_INF            # the target's own logit: an inf loss
+        x[2] = NEG_INF               # a whole row: NaN, as eager's log_softmax
+        return x
+    if kind == "nan/inf":
+        x[3, 4], x[4, 1], x[5] = float("nan"), float("inf"), float("nan")
+        return x
+    return x
+
+
+CE_KWARGS = [{}, {"weight": "w"}, {"label_smoothing": 0.1}, {"weight": "w", "label_smoothing": 0.2}]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16],
+                         ids=lambda d: str(d)[6:])
+@pytest.mark.parametrize("kind", ["randn", "x*100", "x+1000", "-inf", "nan/inf"])
+def test_cross_entropy_is_one_row_kernel_writing_one_value_per_row(kind, dtype):
+    """log_softmax only at the targets: the row kernel (max pass, exp-sum pass) writes one
+    float64 value per row, no (N, C) log-probabilities. Every reduced loss, and each row's
+    in float16/bfloat16, is at least as close to float64 as eager's (no tolerance: the
+    per-row values are float64, rounded once); float32 rows conform (eager's rule)."""
+    g = torch.Generator().manual_seed(5)
+    x = _logits(kind, g).to(dtype)
+    target = torch.randint(0, 300, (12,), generator=g)
+    target[1], target[::4] = 7, -100          # ignored rows, one with a NaN row (kind nan/inf)
+    w = (torch.rand(300, generator=g) + 0.5).to(dtype)
+    for kw in CE_KWARGS:
+        for reduction in ("none", "sum", "mean"):
+            def fn(x, t, w):   # w an argument: the float64 reference upcasts it too
+                return F.cross_entropy(x, t, reduction=reduction, **{
+                    k: (w if v == "w" else v) for k, v in kw.items()})
+            jfn = fused(fn)
+            got = check_against_eager(jfn, fn, x, target, w)
+            trace = execution(jfn)
+            rows = [n for n in fused_nodes(trace)
+                    if any(s.symbol.name == "amax" for s in n.subnodes)]
+            assert len(rows) == 1, trace
+            assert all(p.numel() <= 12 for p in rows[0].output_proxies), trace
+            ref = fn(x.double(), target, w.double())
+            if reduction != "none" or dtype != torch.float32:
+                eager = fn(x, target, w)
+                err, err_eager = (got.double() - ref).abs(), (eager.double() - ref).abs()
+                finite = torch.isfinite(ref)
+                assert (err[finite] <= err_eager[finite] * (1 + 1e-6)).all(), (kw, reduction)
+                assert torch.equal(got.isnan(), eager.isnan())
+
+
+def test_cross_entropy_k_dims_and_ignored_nonfinite_rows():
+    """(N, C, d) logits reduce over a middle dim (no row kernel: torch's reductions, still
+    no full log-probabilities); an ignored target adds 0 even where its row is NaN or -inf
+    (eager skips it)."""
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(3, 7, 5, generator=g)
+    t = torch.randint(0, 7, (3, 5), generator=g)
+    t[0, 1] = -100
+    x[0, :, 1] = float("nan")
+    x[2, 0, 4], t[2, 4] = NEG_INF, -100
+    for reduction in ("none", "sum", "mean"):
+        def fn(x, t):
+            return F.cross_entropy(x, t, reduction=reduction, label_smoothing=0.1)
+        check_against_eager(fused(fn), fn, x, t)
+        check_against_eager(fused(fn), fn, x[:, :, 1].contiguous(), t[:, 1].contiguous())
 
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.uint8, torch.int16])

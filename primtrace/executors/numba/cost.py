@@ -119,8 +119,8 @@ SMALL_FRACTION = 1 / 16
 def small_beside(left, fused) -> bool:
     """Whether the prims `left` to torch do little work beside the `fused` ones of one call:
     then the call runs as its prims (its fused part as a kernel) instead of whole in torch
-    (cross_entropy over (4096, 8192) f32: log_softmax's row kernel and a 4096-element gather,
-    0.3x eager, where the whole call is 1.0x)."""
+    (cross_entropy over (4096, 8192) f32: a 4096-element gather and a row kernel writing one
+    loss per row, 0.15-0.19x eager, where the whole call is 1.0x)."""
     def largest(nodes):
         return max((p.numel() for n in nodes for p in n.output_proxies
                     if isinstance(p, TensorProxy)), default=0)

@@ -3,12 +3,20 @@ indices or probabilities, label_smoothing), poisson_nll_loss, hinge_embedding_lo
 margin_ranking_loss and triplet_margin_loss (exported by ``refs.nn.functional``).
 
 nll_loss picks each target's log-probability with ``prims.gather`` along the class dim
-(input (C,), (N, C) or (N, C, d1, ...)); targets equal to ignore_index weigh 0, other
-targets outside [0, C) raise eager's IndexError when the trace runs (``prims.check_targets``,
-a guard: targets are data). 'mean' divides by the summed weights of the targets kept (NaN
-when none is). The loss is computed in the opmath dtype and rounded once. cross_entropy is
-eager's composite: log_softmax, then nll_loss and, with label_smoothing, eager's smoothing
-term. The legacy size_average/reduce arguments are declined (torch runs such calls).
+(input (C,), (N, C) or (N, C, d1, ...)); targets equal to ignore_index weigh 0 and add 0
+(even where their row is inf or NaN), other targets outside [0, C) raise eager's IndexError
+when the trace runs (``prims.check_targets``, a guard: targets are data). 'mean' divides by
+the summed weights of the targets kept (NaN when none is). The loss is computed in the
+opmath dtype and rounded once.
+
+cross_entropy with class indices computes log_softmax only at the targets, as
+``(x_t - amax) - log(sum(exp(x - amax)))`` with x_t gathered from the input: a row kernel
+then writes one value per row, not the (N, C) log-probabilities (W9). Those per-target
+values and their reduction are float64 (one per row, cheap) and rounded once, so the loss
+is as close to float64 as eager's or closer. label_smoothing adds eager's smoothing term
+(the full log_softmax, summed over classes in the row kernel); class probabilities are
+eager's composite over log_softmax. The legacy size_average/reduce arguments are declined
+(torch runs such calls).
 """
 from __future__ import annotations
 
@@ -81,28 +89,36 @@ def _nll_checks(input, target, weight):
     return classes
 
 
-def _picked(logp, target, classes, ignore_index):
-    """(log-probability of each target, a bool mask of the targets kept), shaped like target."""
+def _picked(input, target, classes, ignore_index):
+    """(input at each target, a bool mask of the targets kept), shaped like target: one
+    gather from `input` itself (no converted or computed full-shape tensor is needed)."""
     target = maybe_convert(target, torch.int64)
     prims.check_targets(target, classes, ignore_index)
     kept = prims.ne(target, ignore_index)
+    if classes == 0:  # every target is ignored (checked): nothing to gather from
+        return prims.full(tuple(target.shape), 0, dtype=input.dtype, device=input.device), kept
     safe = prims.where(kept, target, 0)
-    if logp.ndim == 1:
-        return prims.take(logp, safe), kept
-    index_shape = (logp.shape[0], 1, *logp.shape[2:])
-    index = prims.broadcast_in_dim(safe, index_shape, (0, *range(2, logp.ndim)))
-    return prims.sum(prims.gather(logp, 1, index), (1,)), kept
+    if input.ndim == 1:
+        return prims.take(input, safe), kept
+    index_shape = (input.shape[0], 1, *input.shape[2:])
+    index = prims.broadcast_in_dim(safe, index_shape, (0, *range(2, input.ndim)))
+    return prims.squeeze(prims.gather(input, 1, index), (1,)), kept
 
 
-def nll(logp, target, weight, ignore_index, reduction, result):
-    """nll_loss of log-probabilities in their computation dtype, rounded to `result`."""
-    classes = logp.shape[1] if logp.ndim > 1 else logp.shape[0]
-    picked, kept = _picked(logp, target, classes, ignore_index)
-    w = maybe_convert(kept, logp.dtype)
-    if weight is not None:
-        w = prims.mul(w, prims.take(maybe_convert(weight, logp.dtype),
-                                    prims.where(kept, maybe_convert(target, torch.int64), 0)))
-    loss = prims.neg(prims.mul(picked, w))
+def _weights(kept, target, weight, dtype):
+    """Each target's weight in `dtype`: weight[target], 0 where it is ignored."""
+    w = maybe_convert(kept, dtype)
+    if weight is None:
+        return w
+    safe = prims.where(kept, maybe_convert(target, torch.int64), 0)
+    return prims.mul(w, prims.take(maybe_convert(weight, dtype), safe))
+
+
+def nll(picked, kept, target, weight, reduction, result):
+    """nll_loss of the picked log-probabilities (in their computation dtype), rounded to
+    `result`. An ignored target weighs 0 and adds 0, even where its row is inf or NaN."""
+    w = _weights(kept, target, weight, picked.dtype)
+    loss = prims.where(kept, prims.neg(prims.mul(picked, w)), 0.0)
     if reduction == "none":
         return maybe_convert(loss, result)
     dims = tuple(range(loss.ndim))
@@ -119,9 +135,10 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     _no_legacy("nll_loss", size_average, reduce)
     _tensors("nll_loss", input=input, target=target)
     _reduction(reduction)
-    _nll_checks(input, target, weight)
-    logp = maybe_convert(input, dtypes.opmath(input.dtype))
-    return nll(logp, target, weight, int(concrete(ignore_index)), reduction, input.dtype)
+    classes = _nll_checks(input, target, weight)
+    picked, kept = _picked(input, target, classes, int(concrete(ignore_index)))
+    picked = maybe_convert(picked, dtypes.opmath(input.dtype))
+    return nll(picked, kept, target, weight, reduction, input.dtype)
 
 
 # --- cross_entropy ---------------------------------------------------------------------------
@@ -139,16 +156,25 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     class_dim = 1 if input.ndim >= 2 else 0
     if input.ndim == 0:
         raise ValueError("Expected 1 or more dimensions (got 0)")
-    logp = softmax_norms.log_softmax(input, class_dim)
     if target.dtype.is_floating_point and tuple(target.shape) == tuple(input.shape):
+        logp = softmax_norms.log_softmax(input, class_dim)
         return _with_probabilities(logp, target, weight, reduction, smoothing, class_dim)
+    x = softmax_norms.log_softmax_input(input, class_dim)
     classes = _nll_checks(input, target, weight)
     ignore_index = int(concrete(ignore_index))
-    x = maybe_convert(logp, dtypes.opmath(input.dtype))
-    loss = nll(x, target, weight, ignore_index, reduction, x.dtype)
+    picked, kept = _picked(input, target, classes, ignore_index)
+    picked = maybe_convert(picked, torch.float64)  # one value per target: float64 is cheap
+    if classes:
+        amax, shifted, _, total = softmax_norms.row_statistics(x, (class_dim,))
+        log_total = prims.log(maybe_convert(total, torch.float64))
+        picked = prims.sub(prims.sub(picked, maybe_convert(amax, torch.float64)), log_total)
+    loss = nll(picked, kept, target, weight, reduction, torch.float64)
     if smoothing > 0:
-        smooth = _smooth_term(x, target, weight, ignore_index, reduction, class_dim)
-        loss = prims.add(prims.mul(loss, 1 - smoothing), prims.mul(smooth, smoothing / classes))
+        logp = x if not classes else prims.sub(
+            shifted, softmax_norms.keep(prims.log(total), x, (class_dim,)))
+        smooth = _smooth_term(logp, kept, target, weight, reduction, class_dim)
+        smooth = prims.mul(maybe_convert(smooth, torch.float64), smoothing / classes)
+        loss = prims.add(prims.mul(loss, 1 - smoothing), smooth)
     return maybe_convert(loss, input.dtype)
 
 
@@ -157,24 +183,18 @@ def _class_weights(weight, x, class_dim):
     return prims.broadcast_in_dim(maybe_convert(weight, x.dtype), tuple(x.shape), (class_dim,))
 
 
-def _smooth_term(x, target, weight, ignore_index, reduction, class_dim):
+def _smooth_term(x, kept, target, weight, reduction, class_dim):
     """eager's -sum(logp * weight) over classes, 0 at ignored targets, reduced as its
     cross_entropy reduces it ('mean': by the summed weights, or count, of kept targets)."""
     terms = prims.mul(x, _class_weights(weight, x, class_dim)) if weight is not None else x
-    smooth = prims.neg(prims.sum(terms, (class_dim,)))
-    target = maybe_convert(target, torch.int64)
-    kept = prims.ne(target, ignore_index)
-    smooth = prims.where(kept, smooth, 0.0)
+    smooth = prims.where(kept, prims.neg(prims.sum(terms, (class_dim,))), 0.0)
     if reduction == "none":
         return smooth
     dims = tuple(range(smooth.ndim))
     total = prims.sum(smooth, dims)
     if reduction == "sum":
         return total
-    w = maybe_convert(kept, x.dtype)
-    if weight is not None:
-        w = prims.mul(w, prims.take(maybe_convert(weight, x.dtype), prims.where(kept, target, 0)))
-    return prims.div(total, prims.sum(w, dims))
+    return prims.div(total, prims.sum(_weights(kept, target, weight, x.dtype), dims))
 
 
 def _with_probabilities(logp, target, weight, reduction, smoothing, class_dim):

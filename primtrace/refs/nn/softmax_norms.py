@@ -33,7 +33,7 @@ def _opmath(dtype):
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-def _keep(y, x, dims):
+def keep(y, x, dims):
     """`y`, reduced over `dims` of `x`, broadcast back to x's shape."""
     kept = tuple(i for i in range(x.ndim) if i not in dims)
     return prims.broadcast_in_dim(y, tuple(x.shape), kept)
@@ -68,6 +68,12 @@ def _softmax_input(name, input, dim, dtype, stacklevel=3):
     return maybe_convert(x, computation), dims, x.dtype
 
 
+def log_softmax_input(input, dim):
+    """`input` in log_softmax's computation dtype, after eager's refusals: for cross_entropy,
+    which computes log_softmax only at its targets (``row_statistics``)."""
+    return _softmax_input("log_softmax", input, dim, None)[0]
+
+
 def _dim_none_declines(input, dim=None, _stacklevel=3, dtype=None) -> bool:
     return dim is None
 
@@ -77,14 +83,24 @@ def _empty(x, dtype):
     return prims.full(tuple(x.shape), 0, dtype=dtype, device=x.device)
 
 
+def row_statistics(x, dims):
+    """(amax(x, dims), x - amax, exp(x - amax), sum(exp(x - amax))) over nonempty `dims`, the
+    two reductions not broadcast back: for a caller that needs log_softmax only at a few
+    points (cross_entropy's targets), so that no full-shape result is computed."""
+    amax = prims.amax(x, dims)
+    shifted = prims.sub(x, keep(amax, x, dims))
+    exp = prims.exp(shifted)
+    return amax, shifted, exp, prims.sum(exp, dims)
+
+
 def _shifted(x, dims):
     """x - amax(x, dims), and sum(exp(x - amax)) broadcast back."""
     if not dims:
         shifted = prims.sub(x, x)
-    else:
-        shifted = prims.sub(x, _keep(prims.amax(x, dims), x, dims))
-    exp = prims.exp(shifted)
-    return shifted, exp, _keep(prims.sum(exp, dims), x, dims) if dims else exp
+        exp = prims.exp(shifted)
+        return shifted, exp, exp
+    _, shifted, exp, total = row_statistics(x, dims)
+    return shifted, exp, keep(total, x, dims)
 
 
 def _softmax(name, input, dim, dtype, stacklevel=3):
@@ -176,8 +192,8 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     x = maybe_convert(input, computation)
     if x.numel() == 0:
         return maybe_convert(_affine(x, x, weight, bias, computation), input.dtype)
-    mean = _keep(prims.div(prims.sum(x, dims), float(_count(x, dims))), x, dims)
-    var = _keep(prims.var(x, dims, correction=0), x, dims)
+    mean = keep(prims.div(prims.sum(x, dims), float(_count(x, dims))), x, dims)
+    var = keep(prims.var(x, dims, correction=0), x, dims)
     rstd = prims.rsqrt(prims.add(var, float(eps)))
     y = prims.mul(prims.sub(x, mean), rstd)
     return maybe_convert(_affine(y, x, weight, bias, computation), input.dtype)
@@ -213,7 +229,7 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
         y = x
     else:
         square_mean = prims.div(prims.sum(prims.mul(x, x), dims), float(_count(x, dims)))
-        y = prims.mul(x, _keep(prims.rsqrt(prims.add(square_mean, float(eps))), x, dims))
+        y = prims.mul(x, keep(prims.rsqrt(prims.add(square_mean, float(eps))), x, dims))
     if weight is not None:
         from primtrace.refs import mul
         y = mul(y, weight)
