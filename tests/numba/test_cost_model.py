@@ -36,12 +36,24 @@ def test_one_torch_call_below_the_huge_page_size_runs_as_that_call(fn, dtype, ca
     (lambda a, b: a + b, (torch.randn(64).half(), torch.randn(64))),            # two dtypes
     (lambda a, b: F.gelu(a + b), (torch.randn(64), torch.randn(64))),          # two calls
     (torch.exp, (torch.randn(64),)),                                           # faster math
-    (lambda a: a * 1.5, (torch.randn(cpu.HUGE_OUTPUT_BYTES // 4),)),           # huge pages
 ])
 def test_what_saves_work_still_fuses(fn, args):
     got, nodes = run(fn, *args)
     assert nodes == ["numba_fusion_0"]
     torch.testing.assert_close(got, fn(*args))
+
+
+def test_a_huge_page_sized_call_fuses_only_with_huge_pages(monkeypatch):
+    """A single float32 call with an 8 MiB output wins only by faulting its output in as
+    huge pages: off by default (PRIMTRACE_HUGE_PAGES=1), it runs as eager's call."""
+    a = torch.randn(cpu.HUGE_OUTPUT_BYTES // 4)
+    got, nodes = run(lambda a: a * 1.5, a)
+    assert nodes == ["torch.Tensor.mul"]
+    torch.testing.assert_close(got, a * 1.5, rtol=0, atol=0)
+    monkeypatch.setattr(cpu, "HUGE_PAGES", True)
+    got, nodes = run(lambda a: a * 1.5, a)
+    assert nodes == ["numba_fusion_0"]
+    torch.testing.assert_close(got, a * 1.5)
 
 
 @pytest.mark.parametrize("fn, dtype", [

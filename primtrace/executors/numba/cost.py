@@ -14,8 +14,8 @@ with ``benchmarks/single_ops.py`` (65 single ops fused vs eager) and ``benchmark
 - a few prims are slower in our kernels than in eager's even inside a chain (SLOW_PRIMS):
   they are not fused at all;
 - operands of several dtypes fuse (eager's casting loop does not vectorize), and so does any
-  output of at least ``HUGE_OUTPUT_BYTES`` (eager takes thousands of page faults on a
-  fresh 8 MiB output, ours asks for huge pages);
+  output of at least ``HUGE_OUTPUT_BYTES`` when huge pages are on (``PRIMTRACE_HUGE_PAGES=1``:
+  eager takes thousands of page faults on a fresh 8 MiB output, ours a few);
 - below ``MIN_HALF_ELEMENTS`` a kernel's fixed cost (launch, output allocation) eats the
   saving: torch runs the call.
 """
@@ -26,7 +26,7 @@ import math
 import torch
 
 from primtrace.executors.base import Region
-from primtrace.executors.numba.backends.cpu import HUGE_OUTPUT_BYTES
+from primtrace.executors.numba.backends import cpu
 from primtrace.ir.proxy import TensorProxy
 from primtrace.ir.tree import proxies_in
 
@@ -102,7 +102,7 @@ def fuse_single_call(region: Region) -> bool:
     dtype = outputs[0].dtype if outputs else None
     if dtype in SLOWER_HALF_MATH and name in SLOWER_CALLS_HALF:
         return False     # slower even with huge pages (silu in float16 at 2^24: 1.14x eager)
-    if _bytes(outputs) >= HUGE_OUTPUT_BYTES:
+    if cpu.advised(_bytes(outputs)):
         return True
     prims = {n.symbol.name for n in region.nodes}
     if dtype in SLOWER_HALF_MATH:
@@ -141,13 +141,13 @@ def call_left_to_torch(nodes) -> bool:
     if any((call.symbol.name, n.symbol.name) in kept for n in nodes):
         return True
     return (dtype is torch.float16 and any(_strided_inner(p) for p in proxies_in(call.args))
-            and _bytes(outputs) < HUGE_OUTPUT_BYTES)
+            and not cpu.advised(_bytes(outputs)))
 
 
 def _strided_inner(p) -> bool:
     """A float16 operand read with a stride along the inner loop: each element is a scalar
     16-bit load and decode (a.t() + b in float16: 1.18-1.22x eager fused at 2^16, 1.01-1.03x
-    at 2^20; 0.8x from huge-page sizes on)."""
+    at 2^20; 0.8x from huge-page sizes on, with huge pages; 1.05-1.07x at 2^24 without)."""
     return (isinstance(p, TensorProxy) and p.dtype is torch.float16 and p.ndim >= 2
             and p.shape[-1] > 1 and p.stride()[-1] != 1)
 

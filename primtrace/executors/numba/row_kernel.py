@@ -235,7 +235,7 @@ def launcher_source(plan: RowPlan, region, fn_name: str, variant: str) -> tuple[
         p = region.outputs[s.output]
         alloc = (f"empty_strided({tuple(p.shape)!r}, {tuple(p.stride())!r}, "
                  f"dtype=torch.{str(p.dtype)[6:]}, device={str(p.device)!r})")
-        if math.prod(p.shape) * p.dtype.itemsize >= cpu.HUGE_OUTPUT_BYTES:
+        if cpu.advised(math.prod(p.shape) * p.dtype.itemsize):
             alloc = f"huge_pages({alloc})"
         lines.append(f"    o{s.output} = {alloc}")
     if plan.scratch:
