@@ -297,6 +297,7 @@ def test_parallel_variant_matches_eager(monkeypatch):
     shapes small enough to test: the threshold is lowered to 0."""
     from primtrace.executors.numba.backends import cpu
     monkeypatch.setattr(cpu, "PARALLEL_WORK", 0)
+    monkeypatch.setattr(cpu, "MIN_PARALLEL_ELEMENTS", 0)
     g = torch.Generator().manual_seed(4)
     x = torch.randn(3, 5, 40, generator=g)
     mask = torch.rand(5, 40, generator=g) < 0.2      # broadcast: two row dims stay apart

@@ -118,6 +118,7 @@ def test_new_outputs_keep_the_inputs_memory_format():
 @pytest.mark.parametrize("parallel", [False, True])
 def test_integer_division_by_zero_raises_like_eager(parallel, monkeypatch):
     monkeypatch.setattr(cpu, "PARALLEL_WORK", 0 if parallel else 1 << 62)
+    monkeypatch.setattr(cpu, "MIN_PARALLEL_ELEMENTS", 0)
 
     def f(a, b):
         return torch.div(a, b, rounding_mode="floor") + a % b
@@ -185,6 +186,7 @@ def test_parallel_blocked_loop_matches_serial(monkeypatch):
     b = torch.randn(2500)
     serial = fused(f)(a, b)
     monkeypatch.setattr(cpu, "PARALLEL_WORK", 0)
+    monkeypatch.setattr(cpu, "MIN_PARALLEL_ELEMENTS", 0)
     jf = fused(f)
     parallel = check_against_eager(jf, f, a, b)
     impl = fused_nodes(execution(jf))[0].symbol.impl
@@ -302,3 +304,18 @@ def test_kernel_source_is_public_and_on_the_fused_node():
     assert source.startswith("# numba_fusion_0") and "def kernel_serial" in source
     (node,) = [n for n in primtrace.last_trace(jf).nodes if n.symbol.kind == "fused"]
     assert node.symbol.source in source
+
+
+def test_fewer_elements_than_torchs_grain_run_on_one_thread(monkeypatch):
+    """Below torch's GRAIN_SIZE eager's loops run serially; a parallel kernel there waits at
+    its barrier whenever another process holds a core (12 ms for a 10 us kernel)."""
+    from primtrace.executors.numba.backends import threads as nthreading
+    monkeypatch.setattr(cpu, "PARALLEL_WORK", 0)
+    for numel, want in [(cpu.MIN_PARALLEL_ELEMENTS // 2, "kernel_serial"),
+                        (cpu.MIN_PARALLEL_ELEMENTS, "kernel_parallel")]:
+        jf = fused(lambda a: torch.tanh(a) * 2)
+        a = torch.randn(numel)
+        check_against_eager(jf, lambda a: torch.tanh(a) * 2, a)
+        if want == "kernel_parallel" and nthreading.num_threads() <= 1:
+            want = "kernel_serial"
+        assert fused_nodes(execution(jf))[0].symbol.impl.variant == want

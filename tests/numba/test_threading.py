@@ -15,7 +15,7 @@ import numba
 from primtrace.executors.numba.backends import threads as nthreading
 from primtrace.executors.numba.backends import cpu
 from tests.numba.helpers import fused, execution, fused_nodes
-cpu.PARALLEL_WORK = 0
+cpu.PARALLEL_WORK = cpu.MIN_PARALLEL_ELEMENTS = 0
 jf = fused(lambda a: a * 2 + 1)
 x = torch.randn(1000)
 assert torch.equal(jf(x), x * 2 + 1)

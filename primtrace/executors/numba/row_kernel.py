@@ -219,12 +219,8 @@ def work(plan: RowPlan) -> float:
 
 
 def choose_variant(plan: RowPlan) -> str:
-    from primtrace.executors.numba.backends import threads as nthreading
-    if plan.nrows < 2 or work(plan) < cpu.PARALLEL_WORK:
-        return "kernel_serial"
-    if nthreading.configure() and nthreading.num_threads() <= 1:
-        return "kernel_serial"
-    return "kernel_parallel"
+    parallel = plan.nrows >= 2 and cpu.runs_parallel(plan.nrows * plan.nk, work(plan))
+    return "kernel_parallel" if parallel else "kernel_serial"
 
 
 def launcher_source(plan: RowPlan, region, fn_name: str, variant: str) -> tuple[str, dict]:

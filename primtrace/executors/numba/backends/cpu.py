@@ -36,6 +36,11 @@ from primtrace.executors.numba.registers import DTYPES
 #: (serial 15.5 us, parallel 11.1 us), W2 (cost ~31) near 4K; a passive-wait launch costs
 #: ~5-8 us when the cores are free (and milliseconds when a neighbour holds one).
 PARALLEL_WORK = int(os.environ.get("PRIMTRACE_PARALLEL_WORK", 1 << 17))
+#: fewer elements than this run on one thread whatever their work, as torch's own loops do
+#: (at::internal::GRAIN_SIZE): a parallel launch waits at its barrier for a scheduler slice
+#: whenever another process holds a core, ~12 ms for a 10 us kernel on this 2-core VM with
+#: one busy neighbour, where eager's serial loop is not held up
+MIN_PARALLEL_ELEMENTS = 1 << 15
 #: elements per task of the blocked (multi-dim) parallel loop
 BLOCK = 1 << 14
 
@@ -191,13 +196,18 @@ def work_per_element(plan: Plan) -> float:
     return cost
 
 
-def choose_variant(plan: Plan) -> str:
+def runs_parallel(numel: int, work: float) -> bool:
+    """Whether a kernel over `numel` elements costing `work` (simple-op units) is worth a
+    parallel launch: enough work, enough elements, and more than one thread."""
     from primtrace.executors.numba.backends import threads as nthreading
-    if plan.numel * work_per_element(plan) < PARALLEL_WORK:
-        return "kernel_serial"
-    if nthreading.configure() and nthreading.num_threads() <= 1:
-        return "kernel_serial"
-    return "kernel_parallel"
+    if numel < MIN_PARALLEL_ELEMENTS or work < PARALLEL_WORK:
+        return False
+    return not (nthreading.configure() and nthreading.num_threads() <= 1)
+
+
+def choose_variant(plan: Plan) -> str:
+    parallel = runs_parallel(plan.numel, plan.numel * work_per_element(plan))
+    return "kernel_parallel" if parallel else "kernel_serial"
 
 
 def _njit(parallel: bool):
