@@ -2,8 +2,8 @@
 
 Why: on the CPU a fresh output costs page faults on first write whenever the allocator has
 given the memory back (large blocks are unmapped when freed). In the GPT-2 block (W10) the
-GELU's new 6 MiB output took ~1900 faults a forward and GELU ran at 5x its cost on a warm
-buffer; torch.compile writes that GELU into the matmul's output instead. An execution trace
+GELU's new 6 MiB output cost 1536 faults a forward and the GELU 1.4 ms, 0.18 ms written into
+the dead matmul output, as torch.compile writes it. An execution trace
 knows every value's last use, so where a torch call's first operand is a fresh intermediate
 read by nothing else, the call is replaced by its in-place form (``F.gelu(t)`` ->
 ``gelu_(t)``, ``add(a, b)`` -> ``a.add_(b)``): the same kernel, the same values, no new
