@@ -30,6 +30,7 @@ from typing import Callable, NamedTuple
 import torch
 
 from primtrace.executors import TORCH, Executor, default_executors
+from primtrace.executors.buffer_reuse import reuse_buffers
 from primtrace.executors.execution_trace import lower
 from primtrace.executors.trace_to_python import compile_trace
 from primtrace.ir.proxy import NumberProxy
@@ -135,7 +136,7 @@ def build(fn, args: tuple, kwargs: dict, executors: list[Executor], options: dic
                      if options["optimize"] else prims.derive(prims.nodes, "optimized"))
         traces.append(optimized)
     if stop is None or stop == "execution":
-        traces.append(lower(traces[-1], executors))
+        traces.append(reuse_buffers(lower(traces[-1], executors)))
     return traces
 
 

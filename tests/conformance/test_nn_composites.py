@@ -108,8 +108,15 @@ def _sdpa_samples(spec):
     masked[1] = False
     yield SampleInput((q, k, v), {"attn_mask": masked}, "a row masked everywhere")
     yield SampleInput((q, t((3, 0, 8)), t((3, 0, 4))), {}, "no keys")
+    yield SampleInput(_packed_heads(), {"is_causal": True}, "heads of a packed projection")
     yield SampleInput((t((3, 5, 8), torch.int64), t((3, 7, 8), torch.int64), t((3, 7, 4), torch.int64)), {},
                       "int64")
+
+
+def _packed_heads(B=2, T=5, H=3, E=4):
+    """GPT's q, k, v: (B, H, T, E) views of one (B, T, 3 * H * E) projection."""
+    qkv = t((B, T, 3 * H * E))
+    return tuple(x.view(B, T, H, E).transpose(1, 2) for x in qkv.split(H * E, dim=2))
 
 
 # --- norms ----------------------------------------------------------------------------------------
@@ -377,6 +384,25 @@ def test_jit_batch_norm_module_updates_its_buffers():
     model.eval(), twin.eval()
     with torch.no_grad():
         assert torch.allclose(jm(x), twin(x), atol=1e-6)
+
+
+@pytest.mark.parametrize("executors", [None, [primtrace.TORCH]], ids=["default", "torch"])
+@pytest.mark.parametrize("kwargs", [{}, {"is_causal": True},
+                                    {"attn_mask": torch.ones(5, 5, dtype=torch.bool).tril()}])
+def test_sdpa_result_has_eagers_strides(executors, kwargs):
+    """Eager's CPU flash kernel lays the result out as the query ((B, T, H, E) for packed
+    heads): the ref's result has its strides, so y.transpose(1, 2).contiguous() is free."""
+    def fn(q, k, v):
+        y = F.scaled_dot_product_attention(q, k, v, **kwargs)
+        return y, y.transpose(1, 2).contiguous()
+    args = _packed_heads()
+    jfn = primtrace.jit(fn, executors=executors)
+    with torch.no_grad():
+        got, expected = jfn(*args), fn(*args)
+    for g, e in zip(got, expected):
+        assert g.stride() == e.stride()
+        torch.testing.assert_close(g, e)
+    assert g.data_ptr() == got[0].data_ptr() and e.data_ptr() == expected[0].data_ptr()
 
 
 TORCH_NAMES = [

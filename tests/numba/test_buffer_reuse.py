@@ -1,0 +1,107 @@
+"""Buffer reuse (executors/buffer_reuse.py): a torch call left in the execution trace writes
+into an operand that dies there only where nothing can see the write; values are eager's."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import primtrace
+from primtrace.executors.numba import NumbaFusionExecutor
+
+
+def calls(fn, *args):
+    """(result, eager's result, the execution trace's call names) under the cost model."""
+    jfn = primtrace.jit(fn, executors=[NumbaFusionExecutor()])
+    got = jfn(*args)
+    return got, fn(*args), [n.symbol.qualname for n in primtrace.last_trace(jfn).nodes]
+
+
+def inputs():
+    g = torch.Generator().manual_seed(0)
+    return (torch.randn(64, 96, generator=g), torch.randn(384, 96, generator=g),
+            torch.randn(384, generator=g), torch.randn(96, 384, generator=g))
+
+
+def mlp(x, w1, b, w2):
+    """W10's MLP with its residual: linear, GELU, linear, add (each a torch call)."""
+    return F.linear(F.gelu(F.linear(x, w1, b)), w2) + x
+
+
+GELU_, ADD_ = "torch.nn.functional.gelu_", "torch.Tensor.add_"
+
+
+def test_gelu_and_residual_add_write_into_the_dead_matmul_outputs():
+    got, expected, names = calls(mlp, *inputs())
+    assert GELU_ in names and ADD_ in names
+    assert torch.equal(got, expected)
+
+
+def _read_again(x, w1, b, w2):
+    t = F.linear(x, w1, b)
+    return F.linear(F.gelu(t), w2) + F.linear(t, w2)
+
+
+@pytest.mark.parametrize("fn, call", [
+    (lambda x, w1, b, w2: F.gelu(x), GELU_),                                  # a trace input
+    (lambda x, w1, b, w2: F.gelu(x.view(96, 64)), GELU_),                    # an input's view
+    (lambda x, w1, b, w2: (lambda t: (t, F.gelu(t)))(F.linear(x, w1)), GELU_),   # returned
+    (_read_again, GELU_),                                                     # read again later
+    (lambda x, w1, b, w2: (lambda t: (F.gelu(t), t[:, :4]))(F.linear(x, w1)), GELU_),  # a view
+    (lambda x, w1, b, w2: F.linear(x[:1], w2 @ w1) + x, ADD_),              # broadcast larger
+])
+def test_no_reuse_where_the_write_could_be_seen(fn, call):
+    args = inputs()
+    before = [a.clone() for a in args]
+    got, expected, names = calls(fn, *args)
+    assert call not in names
+    for g, e in zip(got if isinstance(got, tuple) else (got,),
+                    expected if isinstance(expected, tuple) else (expected,)):
+        assert torch.equal(g, e)
+    assert all(torch.equal(a, b) for a, b in zip(args, before))
+
+
+def test_the_add_after_a_gelu_that_keeps_its_input_still_reuses():
+    _, _, names = calls(_read_again, *inputs())
+    assert GELU_ not in names and ADD_ in names
+
+
+def test_no_reuse_for_results_that_need_autograd():
+    x, w1, b, w2 = inputs()
+    w1.requires_grad_()
+    jfn = primtrace.jit(mlp, executors=[NumbaFusionExecutor()])
+    got = jfn(x, w1, b, w2)
+    names = [n.symbol.qualname for n in primtrace.last_trace(jfn).nodes]
+    assert GELU_ not in names and ADD_ not in names
+    got.sum().backward()
+    grad, w1.grad = w1.grad, None
+    mlp(x, w1, b, w2).sum().backward()
+    torch.testing.assert_close(grad, w1.grad)
+
+
+def test_w10_block_values_unchanged_and_trace_shows_the_in_place_calls():
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parents[2] / "examples"))
+    from gpt import Block, Config
+    torch.manual_seed(0)
+    block = Block(Config(vocab=1, context=16, heads=2, width=32)).eval()
+    x = torch.randn(2, 16, 32)
+    with torch.no_grad():
+        jfn = primtrace.jit(block, executors=[NumbaFusionExecutor()])
+        got, again = jfn(x), jfn(x)
+        names = [n.symbol.qualname for n in primtrace.last_trace(jfn).nodes]
+        torch.testing.assert_close(got, block(x), rtol=1e-5, atol=1e-6)
+    assert torch.equal(got, again)
+    assert GELU_ in names and names[-1] == ADD_
+
+
+def test_a_call_with_out_is_left_as_written():
+    """torch.add(t, b, out=z) already writes z: it is not turned into t.add_(...)."""
+    def f(x, w1, b, w2, z):
+        return torch.add(F.linear(x, w1), b, out=z)   # one call: left to torch
+    args = inputs()
+    z, z_eager = torch.empty(64, 384), torch.empty(64, 384)
+    jfn = primtrace.jit(f, executors=[NumbaFusionExecutor()])
+    got = jfn(*args, z)
+    assert torch.equal(got, f(*args, z_eager)) and torch.equal(z, z_eager)
+    names = [n.symbol.qualname for n in primtrace.last_trace(jfn).nodes]
+    assert "torch.add" in names and "torch.Tensor.add_" not in names, names
