@@ -120,13 +120,18 @@ def test_bfloat16_gelu_stays_eagers_call_in_a_chain():
     assert run(lambda a, b: F.gelu(a + b), a.half(), b.half())[1] == ["numba_fusion_0"]
 
 
-def test_float16_call_reading_a_transposed_operand_runs_in_torch_below_huge_pages():
-    a, b = torch.randn(256, 256).half(), torch.randn(256, 256).half()
-    got, nodes = run(lambda a, b: a.t() + b, a, b)
-    assert not any(n.startswith("numba_fusion") for n in nodes), nodes
-    torch.testing.assert_close(got, a.t() + b, rtol=0, atol=0)
-    assert any(n.startswith("numba_fusion") for n in
-               run(lambda a, b: a.t() + b, a.bfloat16(), b.bfloat16())[1])   # bf16 loads vectorize
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_a_call_reading_a_transposed_operand_fuses_from_the_tiled_size(dtype):
+    """a.t() + b: eager's own loop below cost.TILED_MIN_ELEMENTS, the tiled kernel from it."""
+    def f(a, b):
+        return a.t() + b
+    for n, fuses in [(256, False), (1024, True)]:
+        assert n * n < cost.TILED_MIN_ELEMENTS or fuses
+        a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+        got, nodes = run(f, a, b)
+        assert any(n.startswith("numba_fusion") for n in nodes) == fuses, nodes
+        assert got.stride() == f(a, b).stride()
+        torch.testing.assert_close(got, f(a, b), rtol=0, atol=0)
 
 
 def test_a_call_kept_whole_after_cse_merged_its_prims_into_another_call():

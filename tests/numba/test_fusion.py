@@ -319,3 +319,26 @@ def test_fewer_elements_than_torchs_grain_run_on_one_thread(monkeypatch):
         if want == "kernel_parallel" and nthreading.num_threads() <= 1:
             want = "kernel_serial"
         assert fused_nodes(execution(jf))[0].symbol.impl.variant == want
+
+
+@pytest.mark.parametrize("shape, dims", [((300, 200), (1, 0)), ((3, 70, 130), (2, 0, 1)),
+                                         ((5, 129, 65), (0, 2, 1))])
+def test_operands_strided_along_the_inner_dim_run_in_tiles(shape, dims, monkeypatch):
+    """A permuted operand makes the kernel walk tiles of TILE_ROWS x TILE_COLS (ragged edges
+    included), serial and parallel, with eager's values and layout."""
+    from primtrace.executors.numba.backends import threads as nthreading
+
+    def f(a, b):
+        return a.permute(*dims) * 2 + b
+    a = torch.randn(shape)
+    b = torch.randn(a.permute(*dims).shape)
+    for parallel in (False, True):
+        monkeypatch.setattr(cpu, "PARALLEL_WORK", 0 if parallel else 1 << 62)
+        monkeypatch.setattr(cpu, "MIN_PARALLEL_ELEMENTS", 0)
+        jf = fused(f)
+        out = check_against_eager(jf, f, a, b)
+        assert out.stride() == f(a, b).stride()
+        impl = fused_nodes(execution(jf))[0].symbol.impl
+        assert cpu.tiled(impl.plan)
+        if parallel and nthreading.num_threads() > 1:
+            assert impl.variant == "kernel_parallel"

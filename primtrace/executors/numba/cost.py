@@ -50,6 +50,12 @@ SLOWER_HALF_MATH = {
     torch.float16: _HALF_SLOWER | {"floor", "ceil", "trunc", "round"},   # 1.07x, f16range
     torch.bfloat16: _HALF_SLOWER,   # (not erf: torch.erf is 0.7x fused; F.gelu see below)
 }
+#: a call reading an operand strided along the inner dim (``a.t() + b``) fuses only from this
+#: many elements: the kernel walks such operands in tiles (cpu.TILE_ROWS x TILE_COLS), and
+#: measured 0.51-0.85x eager from 2^20 elements in f32/f16/bf16 (0.56-0.66x at 2^24), but
+#: 0.95-1.38x at 2^16-2^19 (bfloat16 worst), where its scalar strided loads cost more than
+#: eager's loop; float16 calls in a chain stay eager's below it too (1.18-1.22x at 2^16)
+TILED_MIN_ELEMENTS = 1 << 20
 #: calls with a kernel of their own in eager that beats ours whatever their prims say
 #: (silu 1.1-1.3x, hardswish 1.2-1.4x, square 1.2x in bfloat16)
 SLOWER_CALLS = {"silu"}
@@ -105,6 +111,9 @@ def fuse_single_call(region: Region) -> bool:
     if cpu.advised(_bytes(outputs)):
         return True
     prims = {n.symbol.name for n in region.nodes}
+    if any(_strided_inner(p) for p in region.inputs):   # the tiled kernel vs eager's loop
+        return (max(p.numel() for p in outputs) >= TILED_MIN_ELEMENTS and name not in SLOWER_CALLS
+                and not prims & SLOWER_HALF_MATH.get(dtype, set()))
     if dtype in SLOWER_HALF_MATH:
         return (not prims & SLOWER_HALF_MATH[dtype]
                 and max(p.numel() for p in outputs) >= MIN_HALF_ELEMENTS)
@@ -141,15 +150,15 @@ def call_left_to_torch(nodes) -> bool:
     if any((call.symbol.name, n.symbol.name) in kept for n in nodes):
         return True
     return (dtype is torch.float16 and any(_strided_inner(p) for p in proxies_in(call.args))
+            and max((p.numel() for p in outputs), default=0) < TILED_MIN_ELEMENTS
             and not cpu.advised(_bytes(outputs)))
 
 
 def _strided_inner(p) -> bool:
-    """A float16 operand read with a stride along the inner loop: each element is a scalar
-    16-bit load and decode (a.t() + b in float16: 1.18-1.22x eager fused at 2^16, 1.01-1.03x
-    at 2^20; 0.8x from huge-page sizes on, with huge pages; 1.05-1.07x at 2^24 without)."""
-    return (isinstance(p, TensorProxy) and p.dtype is torch.float16 and p.ndim >= 2
-            and p.shape[-1] > 1 and p.stride()[-1] != 1)
+    """An operand read with a stride along the inner loop (``a.t() + b``): each element is a
+    scalar load (a 16-bit load and decode in half dtypes)."""
+    return (isinstance(p, TensorProxy) and p.ndim >= 2 and p.shape[-1] > 1
+            and p.stride()[-1] != 1)
 
 
 def _reduction_inputs(nodes):
