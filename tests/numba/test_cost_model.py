@@ -134,6 +134,16 @@ def test_a_call_reading_a_transposed_operand_fuses_from_the_tiled_size(dtype):
         torch.testing.assert_close(got, f(a, b), rtol=0, atol=0)
 
 
+def test_a_channels_last_call_is_not_a_transposed_one():
+    """The loop walks the output's unit-stride dim: a channels-last operand of a channels-last
+    result is read contiguously, so its float32 call runs as eager's (arithmetic is a wash)."""
+    x = torch.randn(4, 64, 64, 64).to(memory_format=torch.channels_last)
+    assert x.numel() >= cost.TILED_MIN_ELEMENTS
+    got, nodes = run(lambda x: x * 1.5, x)
+    assert nodes == ["torch.Tensor.mul"], nodes
+    assert got.stride() == (x * 1.5).stride()
+
+
 def test_a_call_kept_whole_after_cse_merged_its_prims_into_another_call():
     """l1_loss's sub is CSE'd into mse_loss's: kept whole, l1_loss reads a and b again, and
     the region holding that sub need not output it (was a LoweringError). l1_loss is kept

@@ -111,7 +111,7 @@ def fuse_single_call(region: Region) -> bool:
     if cpu.advised(_bytes(outputs)):
         return True
     prims = {n.symbol.name for n in region.nodes}
-    if any(_strided_inner(p) for p in region.inputs):   # the tiled kernel vs eager's loop
+    if any(_strided_inner(p, outputs[0]) for p in region.inputs):   # tiled kernel vs eager
         return (max(p.numel() for p in outputs) >= TILED_MIN_ELEMENTS and name not in SLOWER_CALLS
                 and not prims & SLOWER_HALF_MATH.get(dtype, set()))
     if dtype in SLOWER_HALF_MATH:
@@ -149,16 +149,25 @@ def call_left_to_torch(nodes) -> bool:
     kept = CALLS_LEFT_TO_TORCH.get(dtype, ())
     if any((call.symbol.name, n.symbol.name) in kept for n in nodes):
         return True
-    return (dtype is torch.float16 and any(_strided_inner(p) for p in proxies_in(call.args))
+    return (dtype is torch.float16
+            and any(_strided_inner(p, outputs[0]) for p in proxies_in(call.args))
             and max((p.numel() for p in outputs), default=0) < TILED_MIN_ELEMENTS
             and not cpu.advised(_bytes(outputs)))
 
 
-def _strided_inner(p) -> bool:
-    """An operand read with a stride along the inner loop (``a.t() + b``): each element is a
-    scalar load (a 16-bit load and decode in half dtypes)."""
-    return (isinstance(p, TensorProxy) and p.ndim >= 2 and p.shape[-1] > 1
-            and p.stride()[-1] != 1)
+def _strided_inner(p, out) -> bool:
+    """Whether operand `p` is read with a stride along the dim the kernel's inner loop walks
+    (the output's unit-stride dim; ``a.t() + b``): each element is a scalar load (a 16-bit
+    load and decode in half dtypes). A channels-last operand of a channels-last output is
+    not: the loop walks its channels."""
+    if not (isinstance(p, TensorProxy) and isinstance(out, TensorProxy)) or p.ndim > out.ndim:
+        return False
+    dims = [d for d in range(out.ndim) if out.shape[d] > 1]
+    if not dims:
+        return False
+    inner = min(dims, key=lambda d: (out.stride()[d], -d))
+    d = inner - (out.ndim - p.ndim)   # broadcasting aligns trailing dims
+    return d >= 0 and p.shape[d] > 1 and p.stride()[d] not in (0, 1)
 
 
 def _reduction_inputs(nodes):
