@@ -111,7 +111,7 @@ def fuse_single_call(region: Region) -> bool:
     if cpu.advised(_bytes(outputs)):
         return True
     prims = {n.symbol.name for n in region.nodes}
-    if any(_strided_inner(p, outputs[0]) for p in region.inputs):   # tiled kernel vs eager
+    if outputs and any(_strided_inner(p, outputs[0]) for p in region.inputs):   # tiled
         return (max(p.numel() for p in outputs) >= TILED_MIN_ELEMENTS and name not in SLOWER_CALLS
                 and not prims & SLOWER_HALF_MATH.get(dtype, set()))
     if dtype in SLOWER_HALF_MATH:

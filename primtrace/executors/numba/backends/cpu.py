@@ -155,8 +155,9 @@ def render_kernel(plan: Plan, name: str, loop: str) -> str:
             return " + ".join([t for t in (base, *inner_terms) if t]) or "0"
         nrows = " * ".join(f"n{d}" for d in range(k - 1))
         body.append(f"for task in {loop}((({nrows}) + rows - 1) // rows * nblocks):")
-        body.append("    first = task // nblocks * rows")
-        body.append("    lo = (task - task // nblocks * nblocks) * block")
+        body.append("    tile = task // nblocks")
+        body.append("    first = tile * rows")
+        body.append("    lo = (task - tile * nblocks) * block")
         body.append(f"    hi = min(lo + block, n{k - 1})")
         body.append(f"    for row in range(first, min(first + rows, {nrows})):")
         body.append("        r = row")
