@@ -235,6 +235,8 @@ def specs():
     out["LOG"] = (lambda z: (mp.log((1 + sq(z)) / (1 - sq(z))) - 2 * sq(z)) / sq(z) ** 3,
                   lambda z: sq(z) ** 3 / mp.log((1 + sq(z)) / (1 - sq(z))), tiny, smax ** 2)
     out["SIN"] = (*odd(mp.sin), tiny, (mp.pi / 4) ** 2 * mp.mpf("1.0001"))
+    # sin on [-pi/2, pi/2] (the float32 "near" sin and cos: one polynomial, evaluated in float64)
+    out["SIN_NEAR"] = (*odd(mp.sin), tiny, (mp.pi / 2) ** 2 * mp.mpf("1.0001"))
     out["COS"] = (lambda z: (mp.cos(sq(z)) - 1 + z / 2) / z ** 2,
                   lambda z: z ** 2 / mp.cos(sq(z)), tiny, (mp.pi / 4) ** 2 * mp.mpf("1.0001"))
     out["ATAN"] = (*odd(mp.atan), tiny, mp.mpf("0.4375") ** 2)
@@ -256,6 +258,7 @@ PLAN = {
     "LOG": (("F32", "LOG", 3), ("F64", "LOG", 8)),
     "SIN": (("F32", "SIN", 4), ("F64", "SIN", 6)),
     "COS": (("F32", "COS", 4), ("F64", "COS", 6)),
+    "SIN_NEAR": (("F64", "SIN_NEAR", 5),),
     "ATAN": (("F32", "ATAN", 6), ("F64", "ATAN", 11)),
     "ASIN": (("F32", "ASIN", 6), ("F64", "ASIN", 13)),
     "TANH": (("F32", "TANH", 6), ("F64", "TANH", 14)),

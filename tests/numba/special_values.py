@@ -158,7 +158,8 @@ def _probe(backend, prim, dtype, arity):
 
 #: the scalar math functions lowerings call (vmath, libm or libdevice, by backend)
 _MATH_FUNCTIONS = re.compile(r"\b(%s)_float(32|64)\(" % "|".join(
-    sorted(mathlib.MATH_PRIMS | {"sigmoid"} | set(lowering.F16_RANGE.values()))))
+    sorted(mathlib.MATH_PRIMS | {"sigmoid"} | set(lowering.F16_RANGE.values())
+           | set(lowering.NEAR.values()))))
 
 
 def _calls_math(backend, prim, dtype, arity) -> bool:
@@ -191,8 +192,8 @@ def cases(backend, dtype) -> list[Case]:
 def _row_cases(backend, dtype, prim, arity) -> list[Case]:
     """The calls reaching one table row on `dtype`."""
     name = name_of(dtype)
-    f16range = {v: k for k, v in lowering.F16_RANGE.items()}
-    if prim in f16range:               # sin of a float16 value converted to float32
+    f16range = {v: k for k, v in {**lowering.F16_RANGE, **lowering.NEAR}.items()}
+    if prim in f16range:               # floor (sin) of a float16 value converted to float32
         if dtype is not torch.float16 or not lowering.lowerable(backend, prim, torch.float32, 1):
             return []
         fn = prims.ALL_PRIMS[f16range[prim]]

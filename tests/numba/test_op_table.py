@@ -25,8 +25,10 @@ def test_the_table_checks_at_import():
 @pytest.mark.parametrize("row, missing", [
     (Op("exp", 1, fn=Fn("no_such_fn", 1, VMATH)), "vmath has no no_such_fn"),
     (Op("exp", 1, fn=Fn("exp", 1, libm("math.no_such_fn"))), "Numba cannot call"),
-    (Op("sin", 1, fn=Fn("sin", 1, VMATH), f16_range=Fn("sin_nowhere", 1, F16RANGE, regs=("float32",))),
-     "f16range.py has no sin_nowhere_float32"),
+    (Op("floor", 1, fn=Fn("floor", 1, VMATH), f16_range=Fn("floor_nowhere", 1, F16RANGE, regs=("float32",))),
+     "f16range.py has no floor_nowhere_float32"),
+    (Op("sin", 1, fn=Fn("sin", 1, VMATH), near=Fn("sin_nowhere", 1, VMATH, regs=("float32",))),
+     "vmath has no sin_nowhere for float32"),
     (Op("no_such_prim", 1, f=lambda em, d, a: a), "no_such_prim: no such prim"),
 ])
 def test_a_row_naming_a_missing_function_fails(row, missing):
@@ -68,7 +70,8 @@ def test_structural_rows_are_the_planners():
 
 def test_views_follow_the_rows():
     assert ops.F16_RANGE["round"] == "rint_f16range" and ops.HALF_RESULT == {"exp": "exp_fast"}
-    assert ("pow_scalar", "f") in ops.BINARY and ("sin_f16range", "f") in ops.UNARY
+    assert ("pow_scalar", "f") in ops.BINARY and ("floor_f16range", "f") in ops.UNARY
+    assert ops.NEAR == {"sin": "sin_near", "cos": "cos_near"} and ("sin_near", "f") in ops.UNARY
     assert ops.lowerable(ops.CPU, "lgamma", torch.float64, 1)
     assert not ops.lowerable(ops.CPU, "erfinv", torch.float32, 1)      # no row: torch runs it
 

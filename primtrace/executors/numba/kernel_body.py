@@ -40,13 +40,16 @@ def pointer_name(op) -> str:
     return op.shares.name if isinstance(op, Store) and op.shares is not None else op.name
 
 
-def body(plan: Plan, backend: Backend, offset_of, invariant: bool) -> list[str]:
-    """The lines computing the values (invariant ones, or per-element ones)."""
+def body(plan: Plan, backend: Backend, offset_of, invariant: bool, near: bool = False) -> list[str]:
+    """The lines computing the values (invariant ones, or per-element ones); with `near`,
+    the cheaper small-argument calls where a line has one (see :func:`near_arguments`)."""
     out = []
     for line in plan.lines:
         if line.invariant != invariant:
             continue
-        if line.load is not None:
+        if near and line.near is not None:
+            expr = line.near[0]
+        elif line.load is not None:
             ref = f"{line.load.name}[{offset_of(line.load)}]"
             expr = backend.load(line.load.dtype, ref, strided=line.load.strides[-1] not in (0, 1))
         else:
@@ -54,6 +57,12 @@ def body(plan: Plan, backend: Backend, offset_of, invariant: bool) -> list[str]:
         comment = f"  # {line.comment}" if line.comment else ""
         out.append(f"{line.var} = {expr}{comment}")
     return out
+
+
+def near_arguments(plan: Plan) -> list[str]:
+    """The registers whose magnitude decides whether the ``near`` expressions are exact
+    (below ``vmath.trig.NEAR_LIMIT``)."""
+    return [line.near[1] for line in plan.lines if line.near is not None and not line.invariant]
 
 
 def store_lines(plan: Plan, backend: Backend, offset_of) -> list[str]:

@@ -11,6 +11,9 @@ A row (:class:`Op`) says everything the executor knows about one prim:
   CPU a vmath function, a libm call wrapped by ``backends/mathlib.py`` or a call written
   inline; on CUDA a libdevice function (or an expression of other functions).
 - ``f16_range``: a cheaper function for operands holding float16 values (|x| <= 65504);
+  ``near``: a cheaper float32 function exact for small arguments only (|x| <
+  ``vmath.trig.NEAR_LIMIT``): called on float16 values, and elsewhere by CPU kernels per
+  block of elements, behind a range check that redoes the block with ``fn`` (cpu.py);
   ``half_result``: one whose extra error the rounding of a half result hides;
   ``scalar_exponent``: the lowering where the second operand is a Python number.
 - structural rows (``convert_element_type``, ``broadcast_in_dim``, ``where``, ``full``,
@@ -99,6 +102,7 @@ class Op:
     b: Lowering | None = None
     fn: Fn | None = None
     f16_range: Fn | None = None
+    near: Fn | None = None
     half_result: Fn | None = None
     scalar_exponent: Lowering | None = None
     structural: bool = False
@@ -111,7 +115,7 @@ class Op:
         if self.fn is not None and self.f is None:
             object.__setattr__(self, "f", call(self.fn.name))
         object.__setattr__(self, "functions", tuple(
-            f for f in (self.fn, self.f16_range, self.half_result) if f is not None))
+            f for f in (self.fn, self.f16_range, self.near, self.half_result) if f is not None))
 
 
 def call(fn: str) -> Lowering:
@@ -323,6 +327,11 @@ def _f16(name: str) -> Fn:
     return Fn(name, 1, F16RANGE, None, ("float32",))
 
 
+def _near(name: str) -> Fn:
+    """The small-argument variant `name` (vmath, float32 registers, CPU only)."""
+    return Fn(name, 1, VMATH, None, ("float32",))
+
+
 def _ld(f32, f64, py, np_=None) -> Libdevice:
     return Libdevice(f32, f64, py, np_)
 
@@ -399,8 +408,8 @@ ROWS = (
     math_op("sigmoid", VMATH, _sigmoid_cuda),
     Op("xlog1py", 2, f=_xlog1py),
     # trigonometric and hyperbolic
-    math_op("sin", VMATH, _ld("sinf", "sin", math.sin, np.sin), f16_range=_f16("sin_f16range")),
-    math_op("cos", VMATH, _ld("cosf", "cos", math.cos, np.cos), f16_range=_f16("cos_f16range")),
+    math_op("sin", VMATH, _ld("sinf", "sin", math.sin, np.sin), near=_near("sin_near")),
+    math_op("cos", VMATH, _ld("cosf", "cos", math.cos, np.cos), near=_near("cos_near")),
     math_op("tan", VMATH, _ld("tanf", "tan", math.tan, np.tan)),
     math_op("asin", VMATH, _ld("asinf", "asin", math.asin, np.arcsin)),
     math_op("acos", VMATH, _ld("acosf", "acos", math.acos, np.arccos)),
@@ -436,12 +445,14 @@ for _row in ROWS:
             _table[(_row.prim, _cat)] = getattr(_row, _cat)
     if _row.scalar_exponent is not None:
         _table[(f"{_row.prim}_scalar", "f")] = _row.scalar_exponent
-    for _fn in (_row.f16_range, _row.half_result):
+    for _fn in (_row.f16_range, _row.near, _row.half_result):
         if _fn is not None:
             _table[(_fn.name, "f")] = call(_fn.name)
 del _row, _table, _cat, _fn
 #: prim -> variant for operands known to hold float16 values (the planner tracks them)
 F16_RANGE = {row.prim: row.f16_range.name for row in ROWS if row.f16_range is not None}
+#: prim -> small-argument variant (float16 values, or CPU blocks behind a range check)
+NEAR = {row.prim: row.near.name for row in ROWS if row.near is not None}
 #: prim -> variant for half values whose result is rounded to float16/bfloat16 next
 HALF_RESULT = {row.prim: row.half_result.name for row in ROWS if row.half_result is not None}
 

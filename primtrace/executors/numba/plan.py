@@ -88,6 +88,7 @@ class Line:
     comment: str = ""
     load: Load | None = None  # a load line: expr is filled with the element reference
     rounds: tuple | None = None   # (half dtype, float32 expr): expr rounds that to the dtype
+    near: tuple | None = None     # (expr, argument): a cheaper expr, exact for |argument| < NEAR_LIMIT
 
 
 @dataclass
@@ -379,10 +380,17 @@ class _Analyzer:
                 r, i = self._operand(x, dtype, imap, None)
                 regs.append(r)
                 inv = inv and i
-        variant = name
+        variant, near = name, None
         if row.f16_range and dtype in (torch.float16, torch.float32) and regs[0] in self.half_values \
                 and ops.lowerable(self.backend, row.f16_range.name, dtype, 1):
             variant = row.f16_range.name   # |x| <= 65504: a cheaper argument reduction is exact
+        if row.near and DTYPES[dtype].reg == "float32" and \
+                ops.lowerable(self.backend, row.near.name, dtype, 1):
+            if regs[0] in self.half_values:
+                variant = row.near.name    # |x| <= 65504 < NEAR_LIMIT: always exact
+            elif not inv:                  # elsewhere exact where the kernel's check says so
+                near = (ops.lower(self.emitter([inv]), row.near.name, dtype, dtype, regs,
+                                  round_half=False), regs[0])
         if row.half_result and regs[0] in self.half_held and (
                 DTYPES[out_dtype].kind == "h" or p.name in self.rounded_to_half) and \
                 ops.lowerable(self.backend, row.half_result.name, dtype, 1):
@@ -394,6 +402,11 @@ class _Analyzer:
         expr = ops.lower(self.emitter([inv]), variant, dtype, out_dtype, regs, round_half=False)
         if expr is None:
             raise NotFusible(f"{variant} on {dtype} has no lowering for {self.backend.name}")
+        if near is not None and near[0] is not None:
+            expr = self.emit(expr, inv, name)    # its own line, which a rounding cannot fold away
+            self.plan.lines[-1].near = near
+            if DTYPES[out_dtype].kind != "h":
+                return expr, out_dtype, inv
         if DTYPES[out_dtype].kind == "h":
             return self.emit_rounded(out_dtype, expr, inv, name), out_dtype, inv
         return self.emit(expr, inv, name), out_dtype, inv

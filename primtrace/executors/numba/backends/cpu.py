@@ -23,12 +23,14 @@ import math
 import os
 import sys
 
+import numpy as np
 import torch
 
 from primtrace.executors.numba import kernel_body, kernel_cache, launch
 from primtrace.executors.numba.ops import CPU
 from primtrace.executors.numba.plan import Plan, Store, analyze, dtype_name
 from primtrace.executors.numba.registers import DTYPES
+from primtrace.executors.numba.vmath.trig import NEAR_LIMIT
 
 #: estimated work (elements x per-element cost in simple-op units, see work_per_element)
 #: above which the parallel variant runs. Measured on the 2-core VM with
@@ -48,6 +50,11 @@ BLOCK = 1 << 14
 #: sits on its own page, and 4096 rows of bfloat16 ran 1.5x eager for TLB misses; a tile's
 #: rows reuse the same pages and cache lines (an operand's tile: 128 lines of 64 rows)
 TILE_ROWS, TILE_COLS = 64, 128
+#: elements a kernel with small-argument calls (the op table's ``near``: float32 sin, cos)
+#: checks at a time: the block runs with them and is redone with the exact calls when one
+#: argument was out of their range (|x| >= 2**20, inf); a block after such a block runs the
+#: exact calls at once, as arguments that large tend to come together
+GUARD_BLOCK = 1 << 10
 
 NJIT_OPTIONS = dict(cache=True, error_model="numpy", nogil=True)
 _HEADER = '''\
@@ -143,9 +150,17 @@ def render_kernel(plan: Plan, name: str, loop: str) -> str:
     body.append("zero_div = 0")
     body += kernel_body.body(plan, CPU, lambda op: "0", invariant=True)
     body += kernel_body.zero_division_lines(plan, invariant=True)
+    guard = guarded(plan)
     if k == 1:
         def offset(op):
             return " + ".join(kernel_body.stride_terms(op, idx)) or "0"
+        if guard:
+            body.append(f"for task in {loop}((n0 + {BLOCK - 1}) // {BLOCK}):")
+            body.append("    skip = int32(0)")
+            body.append(f"    for lo in range(task * {BLOCK}, min(task * {BLOCK} + {BLOCK}, n0), {GUARD_BLOCK}):")
+            body.append(f"        hi = min(lo + {GUARD_BLOCK}, n0)")
+            body += ["        " + line for line in _guarded_loop(plan, offset, "i0")]
+            return _finish(plan, lines, body)
         body.append(f"for i0 in {loop}(n0):")
         inner = "    "
     else:
@@ -159,6 +174,8 @@ def render_kernel(plan: Plan, name: str, loop: str) -> str:
         body.append("    first = tile * rows")
         body.append("    lo = (task - tile * nblocks) * block")
         body.append(f"    hi = min(lo + block, n{k - 1})")
+        if guard:
+            body.append("    skip = int32(0)")
         body.append(f"    for row in range(first, min(first + rows, {nrows})):")
         body.append("        r = row")
         for d in range(k - 2, 0, -1):
@@ -170,16 +187,52 @@ def render_kernel(plan: Plan, name: str, loop: str) -> str:
             outer = [t for t in terms if not t.startswith(f"i{k - 1}")]
             if outer and any(op.strides[:-1]):
                 body.append(f"        {op.name}_row = {' + '.join(outer)}")
+        if guard:
+            body += ["        " + line for line in _guarded_loop(plan, offset, f"i{k - 1}")]
+            return _finish(plan, lines, body)
         body.append(f"        for i{k - 1} in range(lo, hi):")
         inner = "            "
-    per_element = kernel_body.body(plan, CPU, offset, invariant=False)
-    per_element += kernel_body.zero_division_lines(plan, invariant=False)
-    per_element += kernel_body.store_lines(plan, CPU, offset)
-    body += [inner + line for line in per_element]
+    body += [inner + line for line in _element_lines(plan, offset, near=False)]
+    return _finish(plan, lines, body)
+
+
+def _finish(plan: Plan, lines: list[str], body: list[str]) -> str:
     for name in dict.fromkeys(kernel_body.pointer_name(s) for s in plan.stores):
         body.append(f"rt.keep({name})")   # the stores are the kernel's effect: keep them
     body.append("return zero_div")
     return "\n".join(lines + ["    " + line for line in body])
+
+
+def _element_lines(plan: Plan, offset, near: bool) -> list[str]:
+    """One element's loads, values, division check and stores."""
+    lines = kernel_body.body(plan, CPU, offset, invariant=False, near=near)
+    lines += kernel_body.zero_division_lines(plan, invariant=False)
+    return lines + kernel_body.store_lines(plan, CPU, offset)
+
+
+def guarded(plan: Plan) -> bool:
+    """Whether the kernel runs blocks with the small-argument calls: it has some, and it
+    writes no input (a redone block must read what its first pass read)."""
+    return bool(kernel_body.near_arguments(plan)) and all(
+        s.into_input is None and s.shares is None for s in plan.stores)
+
+
+#: float32 NEAR_LIMIT's bits (rt.magnitude_bits of an argument at or above it)
+_FAR_BITS = int(np.float32(NEAR_LIMIT).view(np.int32))
+
+
+def _guarded_loop(plan: Plan, offset, index: str) -> list[str]:
+    """The loop over `index` in range(lo, hi): with the small-argument calls, keeping the
+    largest argument's magnitude bits (``far``), and again with the exact calls if one was
+    out of their range, or at once if one was in the block before (``skip``)."""
+    args = [f"rt.magnitude_bits({a})" for a in kernel_body.near_arguments(plan)]
+    largest = args[0] if len(args) == 1 else f"max({', '.join(args)})"
+    lines = ["far = skip", f"if far < {_FAR_BITS}:", f"    for {index} in range(lo, hi):"]
+    lines += ["        " + line for line in _element_lines(plan, offset, near=True)]
+    lines += [f"        far = max(far, {largest})", f"if far >= {_FAR_BITS}:",
+              "    skip = int32(0)", f"    for {index} in range(lo, hi):"]
+    lines += ["        " + line for line in _element_lines(plan, offset, near=False)]
+    return lines + [f"        skip = max(skip, {largest})"]
 
 
 def render_module(plan: Plan) -> str:

@@ -1,8 +1,8 @@
 """Scalar functions for float32 registers known to hold float16 values (|x| <= 65504).
 
-The op table (``ops.py``) names them as the f16-range variants of sin, cos, floor, ceil,
-trunc and round: the planner calls one where the operand was loaded from, or converted
-to, float16. CPU kernels call them as ``m.<name>_float32`` (``mathlib`` re-exports them).
+The op table (``ops.py``) names them as the f16-range variants of floor, ceil, trunc and
+round: the planner calls one where the operand was loaded from, or converted to, float16.
+(sin and cos of such values take vmath's ``sin_near``/``cos_near``, the ``near`` variants.) CPU kernels call them as ``m.<name>_float32`` (``mathlib`` re-exports them).
 """
 from __future__ import annotations
 
@@ -12,44 +12,6 @@ import numpy as np
 from numba import njit
 
 _INLINE = dict(forceinline=True, error_model="numpy", nogil=True)  # LLVM-level inlining
-
-
-# --- sin and cos of float16 values (|x| <= 65504) ------------------------------------------------
-# A kernel that computes sin of a float16 input (W2: sin(a_f16)) knows |x| <= 65504, so a
-# Cody-Waite reduction in float64 is exact enough and the general Payne-Hanek reduction
-# (~2/3 of vmath's sin cost) can be skipped. 0.5005 ULP in float32 over every float16
-# value (tests/numba/test_mathlib.py checks all 65536).
-_2_OVER_PI = np.float64(0.6366197723675814)
-_PIO2_HI = np.float64(1.5707963267341256)       # 33 significant bits of pi/2
-_PIO2_LO = np.float64(6.077100506506192e-11)    # pi/2 - _PIO2_HI
-_SIN = tuple(np.float64(c) for c in (-1 / 6, 1 / 120, -1 / 5040, 1 / 362880, -1 / 39916800))
-_COS = tuple(np.float64(c) for c in (-1 / 2, 1 / 24, -1 / 720, 1 / 40320, -1 / 3628800))
-
-
-@njit(**_INLINE)
-def _sincos_small(x, want_cos):
-    d = np.float64(x)
-    k = np.rint(d * _2_OVER_PI)
-    r = (d - k * _PIO2_HI) - k * _PIO2_LO       # exact enough for |k| < 2**20
-    z = r * r
-    s = r + r * z * (_SIN[0] + z * (_SIN[1] + z * (_SIN[2] + z * (_SIN[3] + z * _SIN[4]))))
-    c = np.float64(1.0) + z * (_COS[0] + z * (_COS[1] + z * (_COS[2] + z * (_COS[3] + z * _COS[4]))))
-    q = (np.int64(k) + (1 if want_cos else 0)) & 3
-    v = s if (q & 1) == 0 else c
-    v = -v if (q & 2) != 0 else v
-    v = d if (d == 0 and not want_cos) else v   # sin(-0.0) = -0.0 (the reduction gives +0.0)
-    return np.float32(v if math.isfinite(d) else d - d)
-
-
-@njit(**_INLINE)
-def sin_f16range_float32(x):
-    """sin of a float32 holding a float16 value (finite |x| <= 65504, or inf/nan)."""
-    return _sincos_small(x, False)
-
-
-@njit(**_INLINE)
-def cos_f16range_float32(x):
-    return _sincos_small(x, True)
 
 
 # --- rounding float16 values to integers -----------------------------------------------------

@@ -21,6 +21,8 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
+from primtrace.executors.numba.vmath.core import float_bits
+
 _INLINE = dict(forceinline=True, error_model="numpy", nogil=True)  # LLVM-level inlining: cheap to compile
 
 
@@ -208,6 +210,15 @@ def gcd_int(a, b):
         b = a
         a = r
     return b
+
+
+# --- the range check of blocks with small-argument calls (cpu.py's guarded loops) ---------------
+@njit(**_INLINE)
+def magnitude_bits(x):
+    """The bits of float32 |x| as an int32, ordered as |x| is (nan above inf): a block's
+    largest argument is then an integer max reduction, which vectorizes (a float one
+    does not without fast-math)."""
+    return float_bits(x) & np.int32(0x7FFFFFFF)
 
 
 # --- float -> int casts as x86 does them (what eager gives for out-of-range values) -------

@@ -28,7 +28,7 @@ import numpy as np
 from primtrace.executors.numba.vmath import coeffs as C
 from primtrace.executors.numba.vmath.core import (F32, F64, FLOAT64, PI_2, PI_4, U64, fabs,
                                                   fast_two_sum, float_bits, hi_lo, horner,
-                                                  two_sum, vjit)
+                                                  bits_f64, two_sum, vjit)
 
 
 def _arctan_inv(n, scale):
@@ -239,5 +239,71 @@ def functions(d):
     return _BY_DTYPE[d.tag]
 
 
+# --- float32 sin and cos near zero --------------------------------------------------------------
+# For |x| < NEAR_LIMIT a float64 Cody-Waite reduction modulo pi is exact enough: x = k*pi + r
+# with pi in three 33-bit pieces (k*piece exact for |k| < 2**20), r in [-pi/2, pi/2], and one
+# odd polynomial (2**-35 relative) gives sin(r); cos(x) = -(-1)**k sin(x - (k + 1/2)*pi).
+# 0.5004 ULP after the one rounding to float32, at half the cost of sin_f32 (no Payne-Hanek
+# window, one polynomial instead of two). Kernels call them where the argument is known to
+# be that small (float16 values), or per block behind a range check (backends/cpu.py).
+NEAR_LIMIT = 2.0 ** 20
+
+
+def _pi_pieces():
+    """pi as three float64s, the first two with 33 significant bits."""
+    pi = 4 * (4 * _arctan_inv(5, 1 << 200) - _arctan_inv(239, 1 << 200))   # pi * 2**200
+    pieces = []
+    for bits in (33, 33, 53):
+        drop = pi.bit_length() - bits
+        top = pi >> drop << drop
+        pieces.append(F64(float(top) / 2.0 ** 200))
+        pi -= top
+    return pieces
+
+
+_PI1, _PI2, _PI3 = _pi_pieces()
+_INV_PI = F64(1.0 / float.fromhex("0x1.921fb54442d18p1"))
+_ROUND = F64(1.5 * 2.0 ** 52)   # y + _ROUND - _ROUND: y rounded to an integer, in t's low bits
+_SIN_NEAR = horner(C.SIN_NEAR_F64)
+
+
+@vjit
+def _sin_reduced(xd, h):
+    """sin(xd - h*pi) in float64, h a whole or half-whole float64 (|h| < 2**19). r*(1 + z*S)
+    rather than r + r*z*S keeps sin(-0) = -0."""
+    r = ((xd - h * _PI1) - h * _PI2) - h * _PI3
+    z = r * r
+    return r * (F64(1.0) + z * _SIN_NEAR(z))
+
+
+@vjit
+def _sign_of_odd(s, t):
+    """s negated where the integer t - _ROUND holds is odd (its lowest bit, moved to the
+    sign bit: an xor, no select)."""
+    return bits_f64(float_bits(s) ^ (float_bits(t) << 63))
+
+
+@vjit
+def sin_near(x):
+    """sin of a float32 with |x| < NEAR_LIMIT (or inf, nan: nan). k = rint(x/pi) by the
+    magic number (x = -0 gets k = +0, which keeps r = -0)."""
+    xd = F64(x)
+    t = xd * _INV_PI + _ROUND
+    k = t - _ROUND
+    return F32(_sign_of_odd(_sin_reduced(xd, k), t))
+
+
+@vjit
+def cos_near(x):
+    """cos of a float32 with |x| < NEAR_LIMIT (or inf, nan: nan): with k = rint(x/pi - 1/2),
+    cos x = (-1)**(k+1) sin(x - (k + 1/2)*pi)."""
+    xd = F64(x)
+    t = (xd * _INV_PI - F64(0.5)) + _ROUND
+    k = t - _ROUND
+    return F32(_sign_of_odd(-_sin_reduced(xd, k + F64(0.5)), t))
+
+
 #: Public functions of this module (vmath's VMATH entries).
 NAMES = ("sin", "cos", "tan")
+#: float32-only functions for small arguments (VMATH entries "sin_near", "cos_near").
+NEAR = {"sin_near": sin_near, "cos_near": cos_near}
