@@ -258,7 +258,7 @@ PLAN = {
     "LOG": (("F32", "LOG", 3), ("F64", "LOG", 8)),
     "SIN": (("F32", "SIN", 4), ("F64", "SIN", 6)),
     "COS": (("F32", "COS", 4), ("F64", "COS", 6)),
-    "SIN_NEAR": (("F64", "SIN_NEAR", 5),),
+    "SIN_NEAR": (("F32", "SIN_NEAR", 4), ("F64", "SIN_NEAR", 5)),
     "ATAN": (("F32", "ATAN", 6), ("F64", "ATAN", 11)),
     "ASIN": (("F32", "ASIN", 6), ("F64", "ASIN", 13)),
     "TANH": (("F32", "TANH", 6), ("F64", "TANH", 14)),

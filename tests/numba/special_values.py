@@ -159,7 +159,7 @@ def _probe(backend, prim, dtype, arity):
 #: the scalar math functions lowerings call (vmath, libm or libdevice, by backend)
 _MATH_FUNCTIONS = re.compile(r"\b(%s)_float(32|64)\(" % "|".join(
     sorted(mathlib.MATH_PRIMS | {"sigmoid"} | set(lowering.F16_RANGE.values())
-           | set(lowering.NEAR.values()))))
+           | set(lowering.NEAR.values()) | set(lowering.F16_HALF.values()))))
 
 
 def _calls_math(backend, prim, dtype, arity) -> bool:
@@ -200,10 +200,10 @@ def _row_cases(backend, dtype, prim, arity) -> list[Case]:
         return [Case(f"{prim} float16->float32", prim,
                      lambda a, b, c, d: fn(prims.convert_element_type(a, torch.float32)),
                      exact=False, ref=lambda a, b, c, d: fn(a.double()))]
-    half_result = {v: k for k, v in lowering.HALF_RESULT.items()}
-    if prim in half_result:            # exp of a half value, rounded to the half dtype
-        if dtype not in (torch.float16, torch.bfloat16) or \
-                not lowering.lowerable(backend, prim, torch.float32, 1):
+    half_result = {v: k for k, v in {**lowering.HALF_RESULT, **lowering.F16_HALF}.items()}
+    if prim in half_result:            # exp (sin) of a half (float16) value, rounded to its dtype
+        halves = (torch.float16,) if prim in lowering.F16_HALF.values() else (torch.float16, torch.bfloat16)
+        if dtype not in halves or not lowering.lowerable(backend, prim, torch.float32, 1):
             return []
         fn = prims.ALL_PRIMS[half_result[prim]]
         return [Case(f"{prim} {name}->float32->{name}", prim,

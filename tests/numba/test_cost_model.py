@@ -58,7 +58,7 @@ def test_a_huge_page_sized_call_fuses_only_with_huge_pages(monkeypatch):
 
 
 @pytest.mark.parametrize("fn, dtype", [
-    (torch.exp, torch.float16), (torch.sin, torch.bfloat16), (F.gelu, torch.bfloat16),
+    (torch.exp, torch.float16), (torch.exp2, torch.bfloat16), (F.gelu, torch.bfloat16),
     (torch.sigmoid, torch.float16), (F.silu, torch.bfloat16),
 ])
 def test_half_math_eager_computes_faster_runs_in_torch(fn, dtype):
@@ -68,7 +68,7 @@ def test_half_math_eager_computes_faster_runs_in_torch(fn, dtype):
     torch.testing.assert_close(got, fn(a), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("fn", [lambda a: a * 1.5, torch.relu, F.gelu, torch.tanh])
+@pytest.mark.parametrize("fn", [lambda a: a * 1.5, torch.relu, F.gelu, torch.tanh, torch.sin, torch.cos])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_calls_fuse_from_the_break_even_size(fn, dtype):
     if fn is F.gelu and dtype is torch.bfloat16:

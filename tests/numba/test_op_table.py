@@ -72,6 +72,7 @@ def test_views_follow_the_rows():
     assert ops.F16_RANGE["round"] == "rint_f16range" and ops.HALF_RESULT == {"exp": "exp_fast"}
     assert ("pow_scalar", "f") in ops.BINARY and ("floor_f16range", "f") in ops.UNARY
     assert ops.NEAR == {"sin": "sin_near", "cos": "cos_near"} and ("sin_near", "f") in ops.UNARY
+    assert ops.F16_HALF == {"sin": "sin_half", "cos": "cos_half"} and ("cos_half", "f") in ops.UNARY
     assert ops.lowerable(ops.CPU, "lgamma", torch.float64, 1)
     assert not ops.lowerable(ops.CPU, "erfinv", torch.float32, 1)      # no row: torch runs it
 

@@ -14,7 +14,8 @@ A row (:class:`Op`) says everything the executor knows about one prim:
   ``near``: a cheaper float32 function exact for small arguments only (|x| <
   ``vmath.trig.NEAR_LIMIT``): called on float16 values, and elsewhere by CPU kernels per
   block of elements, behind a range check that redoes the block with ``fn`` (cpu.py);
-  ``half_result``: one whose extra error the rounding of a half result hides;
+  ``half_result``: one whose extra error the rounding of a half result hides; ``f16_half``:
+  the same for float16 operands only (sin, cos: float32 arithmetic for |x| <= 65504);
   ``scalar_exponent``: the lowering where the second operand is a Python number.
 - structural rows (``convert_element_type``, ``broadcast_in_dim``, ``where``, ``full``,
   ``copy_to``): the planner's method of the same name computes them; ``params`` orders
@@ -104,6 +105,7 @@ class Op:
     f16_range: Fn | None = None
     near: Fn | None = None
     half_result: Fn | None = None
+    f16_half: Fn | None = None
     scalar_exponent: Lowering | None = None
     structural: bool = False
     params: tuple | None = None
@@ -115,7 +117,8 @@ class Op:
         if self.fn is not None and self.f is None:
             object.__setattr__(self, "f", call(self.fn.name))
         object.__setattr__(self, "functions", tuple(
-            f for f in (self.fn, self.f16_range, self.near, self.half_result) if f is not None))
+            f for f in (self.fn, self.f16_range, self.near, self.half_result, self.f16_half)
+            if f is not None))
 
 
 def call(fn: str) -> Lowering:
@@ -328,7 +331,7 @@ def _f16(name: str) -> Fn:
 
 
 def _near(name: str) -> Fn:
-    """The small-argument variant `name` (vmath, float32 registers, CPU only)."""
+    """A float32-only vmath variant `name` (CPU only): small-argument or float16-operand."""
     return Fn(name, 1, VMATH, None, ("float32",))
 
 
@@ -408,8 +411,10 @@ ROWS = (
     math_op("sigmoid", VMATH, _sigmoid_cuda),
     Op("xlog1py", 2, f=_xlog1py),
     # trigonometric and hyperbolic
-    math_op("sin", VMATH, _ld("sinf", "sin", math.sin, np.sin), near=_near("sin_near")),
-    math_op("cos", VMATH, _ld("cosf", "cos", math.cos, np.cos), near=_near("cos_near")),
+    math_op("sin", VMATH, _ld("sinf", "sin", math.sin, np.sin), near=_near("sin_near"),
+            f16_half=_near("sin_half")),
+    math_op("cos", VMATH, _ld("cosf", "cos", math.cos, np.cos), near=_near("cos_near"),
+            f16_half=_near("cos_half")),
     math_op("tan", VMATH, _ld("tanf", "tan", math.tan, np.tan)),
     math_op("asin", VMATH, _ld("asinf", "asin", math.asin, np.arcsin)),
     math_op("acos", VMATH, _ld("acosf", "acos", math.acos, np.arccos)),
@@ -445,7 +450,7 @@ for _row in ROWS:
             _table[(_row.prim, _cat)] = getattr(_row, _cat)
     if _row.scalar_exponent is not None:
         _table[(f"{_row.prim}_scalar", "f")] = _row.scalar_exponent
-    for _fn in (_row.f16_range, _row.near, _row.half_result):
+    for _fn in (_row.f16_range, _row.near, _row.half_result, _row.f16_half):
         if _fn is not None:
             _table[(_fn.name, "f")] = call(_fn.name)
 del _row, _table, _cat, _fn
@@ -455,6 +460,8 @@ F16_RANGE = {row.prim: row.f16_range.name for row in ROWS if row.f16_range is no
 NEAR = {row.prim: row.near.name for row in ROWS if row.near is not None}
 #: prim -> variant for half values whose result is rounded to float16/bfloat16 next
 HALF_RESULT = {row.prim: row.half_result.name for row in ROWS if row.half_result is not None}
+#: prim -> variant for float16 values whose result is rounded to a half dtype next
+F16_HALF = {row.prim: row.f16_half.name for row in ROWS if row.f16_half is not None}
 
 
 def find(prim: str, dtype, arity: int):

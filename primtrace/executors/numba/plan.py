@@ -391,8 +391,11 @@ class _Analyzer:
             elif not inv:                  # elsewhere exact where the kernel's check says so
                 near = (ops.lower(self.emitter([inv]), row.near.name, dtype, dtype, regs,
                                   round_half=False), regs[0])
-        if row.half_result and regs[0] in self.half_held and (
-                DTYPES[out_dtype].kind == "h" or p.name in self.rounded_to_half) and \
+        rounded = DTYPES[out_dtype].kind == "h" or p.name in self.rounded_to_half
+        if row.f16_half and regs[0] in self.half_values and rounded and \
+                ops.lowerable(self.backend, row.f16_half.name, dtype, 1):
+            variant = row.f16_half.name    # float16 values, half result: float32 is enough
+        if row.half_result and regs[0] in self.half_held and rounded and \
                 ops.lowerable(self.backend, row.half_result.name, dtype, 1):
             variant = row.half_result.name   # the half rounding next hides its extra error
         if row.scalar_exponent and category(dtype) == "f" and (

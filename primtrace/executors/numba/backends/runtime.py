@@ -218,7 +218,7 @@ def magnitude_bits(x):
     """The bits of float32 |x| as an int32, ordered as |x| is (nan above inf): a block's
     largest argument is then an integer max reduction, which vectorizes (a float one
     does not without fast-math)."""
-    return float_bits(x) & np.int32(0x7FFFFFFF)
+    return np.int32(float_bits(x) & np.int32(0x7FFFFFFF))
 
 
 # --- float -> int casts as x86 does them (what eager gives for out-of-range values) -------

@@ -66,11 +66,12 @@ _BUILDER = {**{name: m.functions for m in (exp_log, trig, inverse_trig, hyperbol
 VMATH = {(name, d.name): getattr(_BUILDER[name](d), name)
          for name in _UNARY + _BINARY for d in DTYPES}
 
-#: float32 sin and cos exact for |x| < trig.NEAR_LIMIT only (the op table's ``near`` variants)
-VMATH.update({(name, "float32"): fn for name, fn in trig.NEAR.items()})
+#: float32 sin and cos for |x| < trig.NEAR_LIMIT (the op table's ``near`` variants) and for
+#: float16 values with a half result (``f16_half``)
+VMATH.update({(name, "float32"): fn for name, fn in trig.FLOAT32_ONLY.items()})
 
 #: Number of arguments per prim in VMATH.
-ARITY = {**{n: 1 for n in (*_UNARY, *trig.NEAR)}, **{n: 2 for n in _BINARY}}
+ARITY = {**{n: 1 for n in (*_UNARY, *trig.FLOAT32_ONLY)}, **{n: 2 for n in _BINARY}}
 
 # exp_f32, exp_f64, sin_f32, ...: the VMATH entries by name
 globals().update({f"{name}_{d.tag}": VMATH[name, d.name]

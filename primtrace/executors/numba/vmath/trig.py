@@ -26,9 +26,9 @@ from types import SimpleNamespace
 import numpy as np
 
 from primtrace.executors.numba.vmath import coeffs as C
-from primtrace.executors.numba.vmath.core import (F32, F64, FLOAT64, PI_2, PI_4, U64, fabs,
-                                                  fast_two_sum, float_bits, hi_lo, horner,
-                                                  bits_f64, two_sum, vjit)
+from primtrace.executors.numba.vmath.core import (F32, F64, FLOAT64, HAS_FMA, PI_2, PI_4, U64,
+                                                  bits_f32, bits_f64, fabs, fast_two_sum,
+                                                  float_bits, fma, hi_lo, horner, two_sum, vjit)
 
 
 def _arctan_inv(n, scale):
@@ -303,7 +303,66 @@ def cos_near(x):
     return F32(_sign_of_odd(-_sin_reduced(xd, k + F64(0.5)), t))
 
 
+# --- float32 sin and cos of float16 values, for a half result ------------------------------------
+# sin(a) on a float16 tensor is rounded to float16: float32 arithmetic is then enough
+# (~1.6 ULP in float32, the same float16 result as eager's on every one of the 65,536
+# inputs: tests/numba/test_trig_near.py), and twice the lanes of sin_near's float64. With
+# |x| <= 65504, k = rint(x/pi) < 2**15 and three float32 pieces of pi taken off by FMAs
+# leave r within 2**-40 of x - k*pi. Without FMA the pieces would not be exact: sin_near.
+def _pi_pieces_f32():
+    """pi as three float32s of 24 significant bits, each rounded (the rests may be
+    negative)."""
+    rest = 4 * (4 * _arctan_inv(5, 1 << 200) - _arctan_inv(239, 1 << 200))   # pi * 2**200
+    pieces = []
+    for _ in range(3):
+        drop = abs(rest).bit_length() - 24
+        top = round(rest / (1 << drop)) << drop                # exact: a Python float of 24 bits
+        pieces.append(F32(top / 2.0 ** 200))
+        rest -= top
+    return pieces
+
+
+_PI32_1, _PI32_2, _PI32_3 = _pi_pieces_f32()
+_INV_PI32, _ROUND32, _HALF32 = F32(1.0 / float.fromhex("0x1.921fb54442d18p1")), F32(1.5 * 2.0 ** 23), F32(0.5)
+_SIN_HALF = horner(C.SIN_NEAR_F32)
+
+
+@vjit
+def _sin_reduced_f32(x, h):
+    """sin(x - h*pi) in float32 for a float16 value x, h whole or half-whole."""
+    r = fma(-h, _PI32_1, x)
+    r = fma(-h, _PI32_2, r)
+    r = fma(-h, _PI32_3, r)
+    z = r * r
+    return fma(r * z, _SIN_HALF(z), r)
+
+
+@vjit
+def _sign_of_odd_f32(s, t):
+    return bits_f32(float_bits(s) ^ (float_bits(t) << 31))
+
+
+@vjit
+def _sin_half(x):
+    """sin of a float32 holding a float16 value, for a result rounded to float16."""
+    t = x * _INV_PI32 + _ROUND32
+    s = _sign_of_odd_f32(_sin_reduced_f32(x, t - _ROUND32), t)
+    return x if x == F32(0.0) else s          # sin(-0) = -0 (r*z*S + r gives +0)
+
+
+@vjit
+def _cos_half(x):
+    """cos of a float32 holding a float16 value, for a result rounded to float16."""
+    t = (x * _INV_PI32 - _HALF32) + _ROUND32
+    return _sign_of_odd_f32(-_sin_reduced_f32(x, (t - _ROUND32) + _HALF32), t)
+
+
+sin_half, cos_half = (_sin_half, _cos_half) if HAS_FMA else (sin_near, cos_near)
+
+
 #: Public functions of this module (vmath's VMATH entries).
 NAMES = ("sin", "cos", "tan")
-#: float32-only functions for small arguments (VMATH entries "sin_near", "cos_near").
-NEAR = {"sin_near": sin_near, "cos_near": cos_near}
+#: float32-only functions: for small arguments, and for float16 values with a half result
+#: (VMATH entries "sin_near", ..., "cos_half").
+FLOAT32_ONLY = {"sin_near": sin_near, "cos_near": cos_near, "sin_half": sin_half,
+                "cos_half": cos_half}
