@@ -206,10 +206,14 @@ def _row_cases(backend, dtype, prim, arity) -> list[Case]:
         if dtype not in halves or not lowering.lowerable(backend, prim, torch.float32, 1):
             return []
         fn = prims.ALL_PRIMS[half_result[prim]]
+        # f16_half variants give eager's float16 sin(a) on every input, but not always its
+        # float32 sin rounded to float16 (sin(300) in float32 is a float16 tie): there they
+        # are closer to the float64 result (tests/numba/test_trig_near.py checks all inputs)
+        exact = prim not in lowering.F16_HALF.values()
         return [Case(f"{prim} {name}->float32->{name}", prim,
                      lambda a, b, c, d: prims.convert_element_type(
                          fn(prims.convert_element_type(a, torch.float32)), a.dtype),
-                     exact=True)]
+                     exact=exact, ref=None if exact else lambda a, b, c, d: fn(a.double()))]
     if prim == "pow_scalar":           # torch.pow(tensor, number)
         return [Case(f"pow {name} ** {e}", prim, lambda a, b, c, d, e=e: prims.pow(a, e),
                      exact=False, ref=lambda a, b, c, d, e=e: prims.pow(_up(a), e))

@@ -12,8 +12,11 @@ no branch, no loop, the same instructions for every lane. The fixed-point result
 the quadrant q and r in [-pi/4, pi/4] as a hi + lo pair (float32: through one float64
 multiply; float64: a double-word product with pi/2).
 
-There is no separate Cody-Waite path: in branch-free code every lane pays for every path,
-so one reduction that is exact for all magnitudes is cheaper than two. (Gathers are slow
+Inside one function there is no separate Cody-Waite path: in branch-free code every lane
+pays for every path, so one reduction that is exact for all magnitudes is cheaper than two.
+The small-argument twins at the end (``sin_near``, ``cos_near``, ``sin_half``,
+``cos_half``) are separate functions: CPU kernels pick one per block of elements, or where
+the argument is known to be a float16 value. (Gathers are slow
 enough on AVX-512 parts to dominate a float32 sin, hence the shift version there.)
 
 Kernels: sin(r) = r + r**3 S(r*r), cos(r) = 1 - r*r/2 + r**4 C(r*r) (minimax), with the
