@@ -342,3 +342,32 @@ def test_operands_strided_along_the_inner_dim_run_in_tiles(shape, dims, monkeypa
         assert cpu.tiled(impl.plan)
         if parallel and nthreading.num_threads() > 1:
             assert impl.variant == "kernel_parallel"
+
+
+@pytest.mark.parametrize("numel", [5000, 40_000, 100_003])
+def test_big_new_outputs_are_faulted_in_by_each_task_ahead_of_its_stores(numel, monkeypatch):
+    """From POPULATE_BYTES, each task madvises its part of a new output in (whole pages
+    only, ragged ends left to the stores); outputs written in place are not touched."""
+    import sys
+    monkeypatch.setattr(cpu, "POPULATE_BYTES", 4096)
+    monkeypatch.setattr(cpu, "MIN_PARALLEL_ELEMENTS", 0)
+
+    def f(a, b):
+        return torch.tanh(a) * b, (a > 0)
+    a, b = torch.randn(numel), torch.randn(numel)
+    for parallel in (False, True):
+        monkeypatch.setattr(cpu, "PARALLEL_WORK", 0 if parallel else 1 << 62)
+        jf = fused(f)
+        check_against_eager(jf, f, a, b)
+        source = primtrace.kernel_source(jf)
+        if sys.platform.startswith("linux"):
+            assert "rt.populate(out0_addr + first * 4" in source
+            assert "rt.populate(out1_addr + first * 1" in source
+    inplace = fused(lambda a: a.mul_(2).add_(1))
+    want = a * 2 + 1
+    inplace(a)
+    assert torch.equal(a, want) and "rt.populate" not in primtrace.kernel_source(inplace)
+    monkeypatch.setattr(cpu, "POPULATE_BYTES", 1 << 40)
+    jf = fused(f)
+    jf(a, b)
+    assert "rt.populate" not in primtrace.kernel_source(jf)
