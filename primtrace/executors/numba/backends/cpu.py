@@ -52,10 +52,13 @@ BLOCK = 1 << 14
 TILE_ROWS, TILE_COLS = 64, 128
 #: new outputs at least this big are faulted in by each task of the kernel just before it
 #: writes them, with one system call per task (``rt.populate``) instead of a page fault per
-#: 4 KiB: glibc maps an allocation this big (its largest mmap threshold) fresh from the
-#: kernel every time, so each call faults all of it in. W3 (sin of int64, 64 MiB out) went
-#: from 0.45x to 0.40x eager (torch.compile 0.455x), W1 from 0.51x to 0.49x
-POPULATE_BYTES = 32 << 20
+#: 4 KiB: glibc maps allocations of 32 MiB and more fresh from the kernel every time, so
+#: each call faults all of it in. W3 (sin of int64, 64 MiB out) went from 0.45x to 0.40x
+#: eager (torch.compile 0.455x), W1 from 0.51x to 0.49x. Not from 32 MiB: there (half
+#: dtypes at 2^24) 5 of 30 single-op cells of the sweep ran 1.4-2.7x eager for whole rounds
+#: with it, none without, much as huge pages did; none of 30 cells at 64 MiB did (cause not
+#: found: the balloon's free-page reporting is the suspect)
+POPULATE_BYTES = 64 << 20
 #: elements a kernel with small-argument calls (the op table's ``near``: float32 sin, cos)
 #: checks at a time: the block runs with them and is redone with the exact calls when one
 #: argument was out of their range (|x| >= 2**20, inf); a block after such a block runs the
