@@ -252,19 +252,22 @@ def functions(d):
 NEAR_LIMIT = 2.0 ** 20
 
 
-def _pi_pieces():
-    """pi as three float64s, the first two with 33 significant bits."""
-    pi = 4 * (4 * _arctan_inv(5, 1 << 200) - _arctan_inv(239, 1 << 200))   # pi * 2**200
-    pieces = []
-    for bits in (33, 33, 53):
-        drop = pi.bit_length() - bits
-        top = pi >> drop << drop
-        pieces.append(F64(float(top) / 2.0 ** 200))
-        pi -= top
+_PI_FIXED = 4 * (4 * _arctan_inv(5, 1 << 200) - _arctan_inv(239, 1 << 200))   # pi * 2**200
+
+
+def _pi_pieces(F, bits):
+    """pi as a sum of values of type F, the i-th rounded to bits[i] significant bits from
+    what the ones before left (so a rest may be negative)."""
+    rest, pieces = _PI_FIXED, []
+    for b in bits:
+        drop = abs(rest).bit_length() - b
+        top = round(rest / (1 << drop)) << drop
+        pieces.append(F(top / 2.0 ** 200))             # exact: at most b bits
+        rest -= top
     return pieces
 
 
-_PI1, _PI2, _PI3 = _pi_pieces()
+_PI1, _PI2, _PI3 = _pi_pieces(F64, (33, 33, 53))
 _INV_PI = F64(1.0 / float.fromhex("0x1.921fb54442d18p1"))
 _ROUND = F64(1.5 * 2.0 ** 52)   # y + _ROUND - _ROUND: y rounded to an integer, in t's low bits
 _SIN_NEAR = horner(C.SIN_NEAR_F64)
@@ -310,23 +313,11 @@ def cos_near(x):
 # sin(a) on a float16 tensor is rounded to float16: float32 arithmetic is then enough
 # (~1.6 ULP in float32, the same float16 result as eager's on every one of the 65,536
 # inputs: tests/numba/test_trig_near.py), and twice the lanes of sin_near's float64. With
-# |x| <= 65504, k = rint(x/pi) < 2**15 and three float32 pieces of pi taken off by FMAs
-# leave r within 2**-40 of x - k*pi. Without FMA the pieces would not be exact: sin_near.
-def _pi_pieces_f32():
-    """pi as three float32s of 24 significant bits, each rounded (the rests may be
-    negative)."""
-    rest = 4 * (4 * _arctan_inv(5, 1 << 200) - _arctan_inv(239, 1 << 200))   # pi * 2**200
-    pieces = []
-    for _ in range(3):
-        drop = abs(rest).bit_length() - 24
-        top = round(rest / (1 << drop)) << drop                # exact: a Python float of 24 bits
-        pieces.append(F32(top / 2.0 ** 200))
-        rest -= top
-    return pieces
-
-
-_PI32_1, _PI32_2, _PI32_3 = _pi_pieces_f32()
-_INV_PI32, _ROUND32, _HALF32 = F32(1.0 / float.fromhex("0x1.921fb54442d18p1")), F32(1.5 * 2.0 ** 23), F32(0.5)
+# |x| <= 65504, k = rint(x/pi) < 2**15; three float32 pieces of pi are taken off by FMAs,
+# whose products k*piece are exact inside. Without FMA they would not be: sin_near there.
+_PI32_1, _PI32_2, _PI32_3 = _pi_pieces(F32, (24, 24, 24))
+_INV_PI32, _HALF32 = F32(1.0 / float.fromhex("0x1.921fb54442d18p1")), F32(0.5)
+_ROUND32 = F32(1.5 * 2.0 ** 23)
 _SIN_HALF = horner(C.SIN_NEAR_F32)
 
 
