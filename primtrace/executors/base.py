@@ -118,12 +118,17 @@ def dependency_graph(trace: Trace) -> nx.DiGraph:
     read of a tensor before an in-place write to it, or to a view sharing its memory (the
     tracer's ``trace.tags["alias_roots"]``), comes before the write, and nodes with side
     effects keep their relative order. Any schedule of this graph is a valid one.
+
+    A torch call that lowering put in place of a ref's prims, all pure, has no side effects
+    either: ``trace.tags["effect_free"]`` holds such nodes' ids (lowering must schedule the
+    call as freely as the partition scheduled its prims, or regions can form a cycle).
     """
     g = nx.DiGraph()
     producer: dict[str, int] = {}
     readers: dict[str, list[int]] = {}   # memory (an alias root's name) -> its readers
     roots = trace.tags.get("alias_roots", {})
     last_effect = None
+    effect_free = trace.tags.get("effect_free", ())
     for i, node in enumerate(trace.nodes):
         g.add_node(i, node=node)
         for p in node.inputs:
@@ -134,7 +139,8 @@ def dependency_graph(trace: Trace) -> nx.DiGraph:
             for r in readers.get(roots.get(written.name, written.name), ()):
                 if r != i:
                     g.add_edge(r, i, order=True)
-        if not is_pure(node) and node.symbol.kind is not SymbolKind.FUSED:
+        if not is_pure(node) and node.symbol.kind is not SymbolKind.FUSED \
+                and id(node) not in effect_free:
             if last_effect is not None:
                 g.add_edge(last_effect, i, order=True)
             last_effect = i

@@ -19,6 +19,7 @@ from primtrace.ir.symbol import Symbol, SymbolKind
 from primtrace.ir.trace import Node, Trace
 from primtrace.ir.tree import proxies_in
 from primtrace.tracer.capture import torch_call_node
+from primtrace.tracer.passes import is_pure, mutated_proxy
 
 
 class LoweringError(RuntimeError):
@@ -32,25 +33,31 @@ def lower(trace: Trace, executors: list[Executor]) -> Trace:
     owner: dict[int, Executor] = {}
     regions: list[tuple[FusionExecutor, Region]] = []
     notes: list[str] = list(trace.tags.get("notes", ()))  # what executors say they declined
+    effect_free: set[int] = set()   # calls put in place of pure prims (dependency_graph)
+    hidden: set[str] = set()        # values made inside a region that it does not output
     for ex in executors:
         if isinstance(ex, FusionExecutor):
-            nodes = _calls_kept_whole(trace, nodes, ex, owner)
+            nodes = _calls_kept_whole(trace, nodes, ex, owner, effect_free, hidden)
             position = {id(n): i for i, n in enumerate(nodes)}
             view = trace.derive(nodes, "partition")
             view.tags["claimed"] = frozenset(owner)
+            view.tags["effect_free"] = frozenset(effect_free)
             view.tags["notes"] = notes
             for region in ex.partition(view):
                 # against the nodes as they are now: a call kept whole no longer reads
                 # its prims' values (after CSE, a value another call's prims made)
                 _check_region(view, ex, region, position, owner)
-                call = single_call(region, nodes, trace.inputs)
+                call = single_call(region, nodes, trace.inputs, hidden)
                 if call is not None and not ex.fuse_single_call(region):
+                    _note_effect_free(call, region.nodes, effect_free)
                     nodes = _replace(nodes, region.nodes, call)
                     position = {id(n): i for i, n in enumerate(nodes)}
                     continue
                 for n in region.nodes:
                     owner[id(n)] = ex
                 regions.append((ex, region))
+                hidden |= {p.name for n in region.nodes for p in n.output_proxies} - {
+                    p.name for p in region.outputs}
         elif isinstance(ex, OperatorExecutor):
             for n in nodes:
                 if id(n) not in owner and ex.claims(n):
@@ -81,7 +88,9 @@ def lower(trace: Trace, executors: list[Executor]) -> Trace:
             counters[ex.name] = index + 1
             fused_unit[k] = unit_of[i] = len(units)
             units.append(_fused_node(ex, region, index))
-    g = dependency_graph(trace.derive(nodes, "lowering"))  # with any calls put back
+    lowering = trace.derive(nodes, "lowering")  # with any calls put back
+    lowering.tags["effect_free"] = frozenset(effect_free)
+    g = dependency_graph(lowering)
     contracted = nx.DiGraph()
     contracted.add_nodes_from(range(len(units)))
     contracted.add_edges_from((unit_of[u], unit_of[v]) for u, v in g.edges
@@ -97,12 +106,14 @@ def lower(trace: Trace, executors: list[Executor]) -> Trace:
     return execution
 
 
-def single_call(region: Region, nodes: list[Node], inputs) -> Node | None:
+def single_call(region: Region, nodes: list[Node], inputs, hidden=frozenset()) -> Node | None:
     """The node running the one torch call whose prims `region` holds, or None.
 
     The region must hold every remaining prim of that call, in consecutive positions, and
     produce exactly the call's results; the call's arguments must still exist (a pass may
-    have replaced one by a twin)."""
+    have replaced one by a twin) outside the fused regions formed so far (`hidden`: values
+    a region makes and keeps in registers; the prims may read a twin of such an argument,
+    as ``v0 / v5`` reads the float32 conversion of int32 ``v0`` another call made)."""
     origin = region.nodes[0].origin
     if origin is None or origin.call is None or any(n.origin is not origin for n in region.nodes):
         return None
@@ -116,13 +127,21 @@ def single_call(region: Region, nodes: list[Node], inputs) -> Node | None:
     available = {p.name for n in nodes[:at[0]] for p in n.output_proxies}
     available.update(p.name for p in inputs)
     call = torch_call_node(origin)
-    if any(p.name not in available for p in call.inputs):
+    if any(p.name not in available or p.name in hidden for p in call.inputs):
         return None
     return call
 
 
+def _note_effect_free(call: Node, prims: list[Node], effect_free: set) -> None:
+    """Record `call` as free of side effects when the prims it replaces are (a call torch
+    runs for its result only must not be ordered against in-place writes and opaque calls,
+    which its prims were not)."""
+    if mutated_proxy(call) is None and all(is_pure(n) for n in prims):
+        effect_free.add(id(call))
+
+
 def _calls_kept_whole(trace: Trace, nodes: list[Node], ex: FusionExecutor,
-                      owner: dict) -> list[Node]:
+                      owner: dict, effect_free: set, hidden: set) -> list[Node]:
     """`nodes` where each torch call `ex` would not fuse whole (``ex.fuse_call``) is that
     call again: its prims one by one would cost more than the call and be no more exact."""
     groups: dict[int, list[Node]] = {}
@@ -133,8 +152,9 @@ def _calls_kept_whole(trace: Trace, nodes: list[Node], ex: FusionExecutor,
         if ex.fuse_call(group):
             continue
         region = Region.from_nodes(trace.derive(nodes, "partition"), group)
-        call = single_call(region, nodes, trace.inputs)
+        call = single_call(region, nodes, trace.inputs, hidden)
         if call is not None:
+            _note_effect_free(call, group, effect_free)
             nodes = _replace(nodes, group, call)
     return nodes
 

@@ -389,3 +389,12 @@ def test_a_row_region_the_planner_refuses_leaves_only_its_reductions_to_torch():
     check_against_eager(jfn, fn, a, b)
     names = [n.symbol.name for n in execution(jfn).nodes]
     assert names[1] == "sum" and len(fused_nodes(execution(jfn))) == 2, names
+
+
+def test_a_sum_of_cos_plans_its_small_argument_variant_in_the_row_pass():
+    # cos/sin have a cheaper small-argument variant the elementwise planner attaches to the
+    # line it just emitted; in a row region that line lies in a pass, not in plan.lines
+    def f(x):
+        return x.cos().sum(-1)
+
+    check_against_eager(fused(f), f, torch.randn(4, 8))

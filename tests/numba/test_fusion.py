@@ -371,3 +371,13 @@ def test_big_new_outputs_are_faulted_in_by_each_task_ahead_of_its_stores(numel, 
     jf = fused(f)
     jf(a, b)
     assert "rt.populate" not in primtrace.kernel_source(jf)
+
+
+@pytest.mark.parametrize("program", [
+    lambda a: ((a + 1).mul_(2), a)[1],                 # an in-place op on a temporary
+    lambda a: (a.t().contiguous().mul_(2), a)[1],
+    lambda a: ((a + 1).mul_(2), a.sin())[1],         # beside work that is returned
+    lambda a: (a.sum(1).mul_(2), a)[1],
+])
+def test_a_region_nothing_observes_compiles_to_no_kernel(program):
+    check_against_eager(fused(program), program, torch.randn(3, 4))   # no empty loop emitted

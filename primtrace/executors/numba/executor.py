@@ -265,6 +265,9 @@ class NumbaFusionExecutor(FusionExecutor):
             if len(m) < self.min_region_size or not valid(m):
                 continue
             region = Region.from_nodes(trace, [nodes[i] for i in sorted(m)])
+            if dead(region):   # nothing to plan: it compiles to nothing (see compile)
+                regions.append(PlannedRegion(region.nodes, region.inputs, region.outputs))
+                continue
             rows = reduction_plan.has_reduction(region.nodes)
             planner = reduction_plan if rows else kernel_plan
             try:   # the region as a whole: what no single node shows (plan.py's NotFusible)
@@ -314,6 +317,8 @@ class NumbaFusionExecutor(FusionExecutor):
     def compile(self, region: Region):
         """The region's callable, from the plan partition made (or a new one)."""
         plan = region.plan if isinstance(region, PlannedRegion) else None
+        if dead(region):
+            return _nothing
         if self._backend_for(self._device_of(region.nodes)) == "cuda":
             if reduction_plan.has_reduction(region.nodes):
                 from primtrace.executors.numba.backends import cuda_rows
@@ -325,6 +330,22 @@ class NumbaFusionExecutor(FusionExecutor):
             return row_kernel.compile_region(region, self.name, plan)
         from primtrace.executors.numba.backends import cpu
         return cpu.compile_region(region, self.name, plan)
+
+
+def dead(region: Region) -> bool:
+    """Whether nothing observes what `region` computes: it returns nothing and writes only
+    into values it makes itself (``(a + 1).mul_(2)``, an in-place op on a temporary)."""
+    if region.outputs:
+        return False
+    made = {p.name for n in region.nodes for p in n.output_proxies}
+    return all(node_args(n)[0].name in made for n in region.nodes if n.symbol.name == "copy_to")
+
+
+def _nothing(*args):
+    return ()
+
+
+_nothing.source = "# nothing reads what these prims compute: no kernel runs\n"
 
 
 def _work(node: Node) -> bool:

@@ -190,7 +190,8 @@ class _Analyzer:
 
     def emit(self, expr: str, invariant: bool, comment: str = "", var: str | None = None) -> str:
         var = var or self.fresh()
-        self.plan.lines.append(Line(var, expr, invariant, comment))
+        self._last = Line(var, expr, invariant, comment)
+        self.plan.lines.append(self._last)
         return var
 
     def emit_rounded(self, dtype, raw: str, invariant: bool, comment: str) -> str:
@@ -407,7 +408,7 @@ class _Analyzer:
             raise NotFusible(f"{variant} on {dtype} has no lowering for {self.backend.name}")
         if near is not None and near[0] is not None:
             expr = self.emit(expr, inv, name)    # its own line, which a rounding cannot fold away
-            self.plan.lines[-1].near = near
+            self._last.near = near   # the line just emitted (a row plan places it elsewhere)
             if DTYPES[out_dtype].kind != "h":
                 return expr, out_dtype, inv
         if DTYPES[out_dtype].kind == "h":
