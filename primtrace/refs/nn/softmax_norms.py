@@ -169,6 +169,13 @@ def _normalized_dims(name, input, normalized_shape, weight, bias=None):
 
 
 def _affine(y, x, weight, bias, computation):
+    if weight is not None and bias is not None and computation is torch.float32:
+        # eager's kernel computes y * weight + bias as one fused multiply-add; in float64
+        # the float32 product is exact and the sum rounds (to float32) as the fma does
+        # (but for double-rounding ties): two float32 roundings lose accuracy to eager
+        wide = [prims.convert_element_type(t, torch.float64) for t in (y, weight, bias)]
+        w, b = (broadcast(t, tuple(x.shape)) for t in wide[1:])
+        return prims.convert_element_type(prims.add(prims.mul(wide[0], w), b), torch.float32)
     if weight is not None:
         y = prims.mul(y, broadcast(maybe_convert(weight, computation), tuple(x.shape)))
     if bias is not None:
