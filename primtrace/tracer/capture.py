@@ -34,7 +34,9 @@ from primtrace.ir.symbol import Symbol, SymbolKind, has_proxy
 from primtrace.ir.trace import Node, Trace, current_trace, tracing
 from primtrace.ir.tree import tree_flatten, tree_map
 from primtrace.tracer import mapping
+from primtrace.tracer.compiling import compiling
 from primtrace.tracer.location import describe_location, user_location
+from primtrace.tracer.outputs import split as split_outputs
 from primtrace.tracer.inputs import Namer, proxify
 from primtrace.tracer.state import SideEffectError, StateRecorder, set_stop_frame
 
@@ -505,8 +507,11 @@ def _acquire(fn, args, kwargs, name, numbers_as_constants: bool) -> TracingTrace
     trace.inputs, trace.input_structure = inputs, (pargs, pkwargs)
     trace.state = StateRecorder(fn, trace, tensors)
     try:
-        with tracing(trace), CaptureMode(trace), trace.state.recording():
+        with tracing(trace), CaptureMode(trace), trace.state.recording(), compiling():
             out = fn(*pargs, **pkwargs)
+        out, rebuild = split_outputs(out)   # a dataclass, a namedtuple... as plain containers
+        if rebuild is not None:
+            trace.tags["output_rebuild"] = rebuild
         trace.outputs = trace.resolve(out)
         guard = trace.state.finish(namer)
     except SideEffectError as e:
