@@ -29,7 +29,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from primtrace.ir import proxy as _proxy
-from primtrace.ir.proxy import NumberProxy, Proxy, TensorProxy, TensorSpec
+from primtrace.ir.proxy import NumberProxy, Proxy, TensorProxy, TensorSpec, Unknown
 from primtrace.ir.symbol import Symbol, SymbolKind, has_proxy
 from primtrace.ir.trace import Node, Trace, current_trace, tracing
 from primtrace.ir.tree import tree_flatten, tree_map
@@ -199,6 +199,18 @@ def _data_dependent_message(func, target) -> str:
             f"or move the check outside the jitted function")
 
 
+def _unknown_read(unknown: Unknown):
+    """User code read a number the trace computes only when it runs (``t.item()``)."""
+    raise DataDependentError(
+        f"data-dependent control flow: this reads the value of {unknown.what}, which is "
+        f"known only when the trace runs\n  {describe_location(user_location())}\n"
+        f"primtrace traces tensors symbolically: returning such a value works; branch on it "
+        f"outside the jitted function, or use torch.where for elementwise choices")
+
+
+_proxy.set_unknown_read(_unknown_read)
+
+
 def _accepts(ref: Symbol, name: str) -> bool:
     import inspect
     try:
@@ -315,6 +327,8 @@ def _to_meta(obj, memo: dict):
             return m
         if isinstance(x, NumberProxy):
             # an int may become a shape: its value then decides the trace
+            if isinstance(x.value, Unknown) and x.python_type in (float, complex):
+                return x.python_type(1)   # a value computed at run time: any value will do
             return x._read() if x.python_type in (int, bool) else x.value
         if isinstance(x, torch.Tensor) and x.device.type != "meta":
             return _meta_tensor(x.shape, x.stride(), x.dtype)
