@@ -16,9 +16,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import warnings
 from typing import Callable
 
+import torch
 import torch.utils._pytree as pytree
+
+from primtrace.ir.proxy import Proxy
 
 _PLAIN = (tuple, list, dict)
 
@@ -42,6 +46,7 @@ def split(obj) -> tuple[object, Callable | None]:
             zip(keys, _apply(rebuilds, [values[k] for k in keys])))
     container = _container(obj)
     if container is None:
+        _warn_if_holding_proxies(obj)
         return obj, None   # a leaf
     children, make = container
     plain, rebuilds = _split_all(children)
@@ -97,3 +102,41 @@ def _with_items(obj, keys, values):
     for key, value in zip(keys, values):
         new[key] = value
     return new
+
+
+_ATOMS = (type(None), bool, int, float, complex, str, bytes, type)
+
+
+def _warn_if_holding_proxies(obj) -> None:
+    """A returned object that is no container but holds traced values in its attributes (a
+    transformers DynamicCache built while tracing) is returned as it is, the same object on
+    every call, with proxies inside: say so rather than return it silently."""
+    if isinstance(obj, (Proxy, torch.Tensor)):
+        return
+    path = _proxy_path(obj, 0, set())
+    if path is not None:
+        warnings.warn(f"primtrace: the function returns a {type(obj).__name__} object that "
+                      f"holds traced values ({type(obj).__name__}{path}); it is not a container "
+                      f"primtrace rebuilds, so every call returns the object built while "
+                      f"tracing, with proxies inside (return tensors, or containers of them)",
+                      stacklevel=2)
+
+
+def _proxy_path(obj, depth: int, seen: set):
+    """Where a proxy sits inside `obj`'s attributes and items (a few levels deep), or None."""
+    if isinstance(obj, Proxy):
+        return ""
+    if isinstance(obj, _ATOMS) or depth > 4 or id(obj) in seen or callable(obj):
+        return None
+    seen.add(id(obj))
+    if isinstance(obj, dict):
+        items = [(f"[{k!r}]", v) for k, v in obj.items()]
+    elif isinstance(obj, (list, tuple)):
+        items = [(f"[{i}]", v) for i, v in enumerate(obj)]
+    else:
+        items = [(f".{k}", v) for k, v in getattr(obj, "__dict__", {}).items()]
+    for where, value in items[:64]:
+        found = _proxy_path(value, depth + 1, seen)
+        if found is not None:
+            return where + found
+    return None
