@@ -14,6 +14,9 @@ from primtrace.jit import (CacheInfo, Explanation, JitFunction, cache_info, expl
                            last_trace, last_traces, trace)
 from primtrace.kernels import clear_kernel_cache, kernel_ptx, kernel_source
 from primtrace.tracer import DataDependentError, OpaqueOpWarning, TracingError
+from primtrace import backend_name as _backend_name
+
+_backend_name.install()   # torch.compile(..., backend="primtrace") without the entry point
 
 
 

@@ -2,7 +2,7 @@
 
     torch.compile(model, backend=primtrace.dynamo.dynamo_backend)
     torch.compile(model, backend="primtrace")   # by name: the package's entry point, or
-                                                # primtrace.dynamo.register() once
+                                                # registered by `import primtrace`
     torch.compile(model, backend="primtrace", options={"executors": [...], "cache_size": 8})
     primtrace.dynamo.last_traces()   # the 4 traces of the graph that ran last (as last_traces(jfn))
     primtrace.dynamo.last_trace()    # its execution trace
@@ -35,8 +35,10 @@ autocast or enable grad inside (tracing would bake those modes in), and graphs t
 rejects (a :class:`~primtrace.tracer.TracingError`: warned once).
 
 ``import primtrace`` does not import this module, and this module does not import
-``torch._dynamo`` (seconds to import) until :func:`register` is called; by-name lookup is
-meant to go through the ``torch_dynamo_backends`` entry point, which torch reads lazily.
+``torch._dynamo`` (seconds to import) until :func:`register` is called; by-name lookup goes
+through the ``torch_dynamo_backends`` entry point, which torch reads lazily, or, in a checkout
+that is not installed, through the registration ``import primtrace`` makes once
+``torch._dynamo`` is imported (primtrace/backend_name.py).
 """
 from __future__ import annotations
 

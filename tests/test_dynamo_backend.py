@@ -116,6 +116,44 @@ def test_dynamo_module_is_reachable_from_import_primtrace_without_importing_dyna
     assert done.stdout.split() == ["[]", "False", "True"]
 
 
+def test_by_name_after_import_primtrace_without_the_entry_point():
+    """A checkout that is not pip-installed has no entry point: ``import primtrace`` registers
+    the name once torch._dynamo is imported (an import hook), or at once if it already is."""
+    import subprocess
+    import sys
+    hide = ("import importlib.metadata as md\n"
+            "_eps = md.entry_points\n"
+            "def entry_points(**kw):\n"
+            "    found = _eps(**kw)\n"
+            "    if kw.get('group') == 'torch_dynamo_backends':\n"
+            "        return md.EntryPoints([e for e in found if e.name != 'primtrace'])\n"
+            "    return found\n"
+            "md.entry_points = entry_points\n")
+    run = ("import sys, torch\n{first}\n"
+           "print('torch._dynamo' in sys.modules)\n"
+           "f = torch.compile(lambda x: x.sin() + 1, backend='primtrace')\n"
+           "x = torch.randn(4)\n"
+           "print(torch.allclose(f(x), x.sin() + 1), primtrace.dynamo.last_trace() is not None)\n")
+    for first, dynamo_loaded in (("import primtrace", "False"),
+                                 ("import torch._dynamo, primtrace", "True")):
+        code = hide + run.format(first=first)
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.split() == [dynamo_loaded, "True", "True"]
+
+
+def test_is_compiling_under_the_backend_is_dynamos():
+    """Dynamo folds torch.compiler.is_compiling() to True in the graph it captures; the
+    primtrace tracer's own answer (True while tracing) does not disturb that."""
+    def f(x):
+        return x + 1 if torch.compiler.is_compiling() else x - 1
+    x = torch.randn(4)
+    with torch.no_grad():
+        assert_matches(torch.compile(f, backend=dynamo_backend)(x), x + 1)
+    assert not torch.compiler.is_compiling()
+
+
 def fused(trace):
     return [n for n in trace.nodes if n.symbol.kind == "fused"]
 

@@ -57,7 +57,10 @@ class _Emitter:
         if t is dict:
             return "{" + ", ".join(f"{self.expr(k)}: {self.expr(x)}" for k, x in v.items()) + "}"
         if isinstance(v, tuple) and proxies_in(tuple(v)):  # a namedtuple or torch.return_types
-            return f"{self.bind(type(v), type(v).__name__)}({self.expr(tuple(v))})"
+            items = self.expr(tuple(v))
+            if hasattr(t, "_fields"):   # a namedtuple takes its fields as arguments
+                items = f"*{items}"
+            return f"{self.bind(t, t.__name__)}({items})"
         if isinstance(v, torch.dtype):
             return self.bind(v, str(v).replace("torch.", ""))
         return self.bind(v, "k")
@@ -160,7 +163,11 @@ def compile_trace(trace: Trace):
                   "    try:", *[f"        {line}" for line in block],
                   "    finally:", f"        {switch}({entry_grad})"]
     made = trace.tags.get("trace_time_tensors", {})
-    lines.append(f"    return {_fresh_constants(em.expr(trace.outputs), em, made)}")
+    returned_expr = _fresh_constants(em.expr(trace.outputs), em, made)
+    rebuild = trace.tags.get("output_rebuild")
+    if rebuild is not None:   # the function's own containers (tracer/outputs.py)
+        returned_expr = f"{em.bind(rebuild, 'rebuild_outputs')}({returned_expr})"
+    lines.append(f"    return {returned_expr}")
     source = "\n".join(lines) + "\n"
     filename = f"<primtrace:{trace.name}:{next(_ids)}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
@@ -176,7 +183,7 @@ def _forwarded(trace: Trace):
     """The one callable a trace only forwards its inputs to (``return add(a, b)``), or None.
 
     Calling it directly saves the generated function's frame on the cheapest traces."""
-    if len(trace.nodes) != 1:
+    if len(trace.nodes) != 1 or "output_rebuild" in trace.tags:
         return None
     node = trace.nodes[0]
     if (node.kwargs or node.outputs is not trace.outputs or not isinstance(node.outputs, Proxy)

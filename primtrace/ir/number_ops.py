@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import operator
 
-from primtrace.ir.proxy import NumberProxy, NumberSpec, Proxy
+from primtrace.ir.proxy import NumberProxy, NumberSpec, Proxy, Unknown
 from primtrace.ir.symbol import Symbol, SymbolKind
 from primtrace.ir.trace import current_trace
 
@@ -45,7 +45,8 @@ def _meta(name):
 
     def meta(*args):
         values = [a.value if isinstance(a, NumberProxy) else a for a in args]
-        return NumberSpec(_result_type(name, args), op(*values),
+        unknown = next((v for v in values if isinstance(v, Unknown)), None)
+        return NumberSpec(_result_type(name, args), op(*values) if unknown is None else unknown,
                           tuple(a for a in args if isinstance(a, NumberProxy)))
     return meta
 

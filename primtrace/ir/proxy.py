@@ -55,6 +55,28 @@ class TensorSpec:
         return TensorSpec(tuple(t.shape), t.dtype, t.device, tuple(t.stride()))
 
 
+class Unknown:
+    """The trace-time value of a number known only when the trace runs (``t.item()``,
+    ``torch.equal(a, b)``): it can be returned or computed with, not read."""
+    __slots__ = ("what",)
+
+    def __init__(self, what: str):
+        self.what = what   # what computed it, for the error a read raises
+
+    def __repr__(self):
+        return f"<unknown until run: {self.what}>"
+
+
+#: called with the Unknown a traced number holds when user code reads its value (the
+#: tracer installs one that raises its DataDependentError at the user's line)
+_unknown_read: Callable | None = None
+
+
+def set_unknown_read(fn: Callable) -> None:
+    global _unknown_read
+    _unknown_read = fn
+
+
 class Proxy:
     """A named symbolic value (subclasses store `name`)."""
     __slots__ = ()
@@ -81,6 +103,10 @@ class NumberProxy(Proxy):
 
     def _read(self):
         """The trace-time value; reading it specializes this number and its sources."""
+        if isinstance(self.value, Unknown):
+            if _unknown_read is not None:
+                _unknown_read(self.value)
+            raise RuntimeError(f"{self.value.what} is unknown until the trace runs")
         self.specialized = True
         for source in self.sources:
             source._read()

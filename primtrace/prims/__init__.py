@@ -19,7 +19,7 @@ from primtrace.prims.elementwise import *  # noqa: F401,F403  (the table-generat
 from primtrace.prims.guards import check_fits  # noqa: F401
 from primtrace.prims.meta import PrimContractError, elementwise_strides  # noqa: F401
 from primtrace.prims.structural import (broadcast_in_dim, convert_element_type, copy_to,  # noqa: F401
-                                        full, iota, polygamma, resize, where)
+                                        full, iota, item, polygamma, resize, where)
 from primtrace.prims.structural import complex_ as complex  # noqa: F401,A001
 from primtrace.prims.structural import full_like, full_strided  # noqa: F401
 from primtrace.prims.dtype_views import libm_pow, view_as_complex, view_as_real  # noqa: F401

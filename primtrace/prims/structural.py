@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from primtrace import dtypes
-from primtrace.ir.proxy import TensorSpec
+from primtrace.ir.proxy import NumberSpec, TensorSpec, Unknown
 from primtrace.ir.strides import contiguous_strides
 from primtrace.ir.symbol import Symbol, SymbolKind
 from primtrace.prims.meta import (ANY_CATEGORY, PrimContractError, elementwise_meta,
@@ -192,5 +192,23 @@ full_strided = _prim(
         "destination of a copy into a memory format (channels_last).")
 
 
+# --- item -------------------------------------------------------------------------------------
+_PYTHON_TYPES = {dtypes.Category.BOOL: bool, dtypes.Category.INTEGER: int,
+                 dtypes.Category.FLOATING: float, dtypes.Category.COMPLEX: complex}
+
+
+def _item_meta(a):
+    if not is_tensor(a):
+        raise PrimContractError("prims.item: expected a tensor")
+    if a.numel() != 1:
+        raise RuntimeError(f"a Tensor with {a.numel()} elements cannot be converted to Scalar")
+    return NumberSpec(_PYTHON_TYPES[dtypes.category(a.dtype)], Unknown("tensor.item()"))
+
+
+item = _prim("item", _item_meta, torch.Tensor.item, tags=(),
+             doc="The value of a one-element tensor as a Python number, read when the trace "
+                 "runs (a traced number whose value is unknown until then).")
+
+
 PRIMS = {s.name: s for s in (convert_element_type, broadcast_in_dim, full, iota, where,
-                             copy_to, resize, polygamma, complex_, full_like, full_strided)}
+                             copy_to, resize, polygamma, complex_, full_like, full_strided, item)}

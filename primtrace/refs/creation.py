@@ -1,5 +1,5 @@
 """Creation refs: full, zeros, ones, empty, their *_like and Tensor.new_* forms,
-scalar_tensor and arange.
+scalar_tensor, tensor (of Python numbers) and arange.
 
 A new tensor is one prim: ``prims.full`` (contiguous), ``prims.full_like`` (the memory
 order of another tensor: eager's ``preserve_format``) or ``prims.full_strided``
@@ -230,6 +230,42 @@ def scalar_tensor(s, *, dtype=None, layout=None, device=None, pin_memory=None, r
     dtype = check_options("scalar_tensor", dtype, layout=layout, pin_memory=pin_memory,
                           requires_grad=requires_grad) or dtypes.default_float()
     return maybe_convert(filled((), s, dtypes.opmath(dtype), device_of(device)), dtype)
+
+
+def _python_data(data) -> bool:
+    """Whether `data` is Python numbers, in nested lists and tuples (no proxy, no tensor or
+    array, whose values could change after tracing)."""
+    if isinstance(data, (list, tuple)):
+        return all(_python_data(x) for x in data)
+    return type(data) in (bool, int, float, complex)
+
+
+def _tensor_declines(data, *, dtype=None, device=None, requires_grad=False, pin_memory=False,
+                     **kwargs) -> bool:
+    return kwargs != {} or not _python_data(data) or _declines(requires_grad=requires_grad,
+                                                              pin_memory=pin_memory)
+
+
+@ref(declines=_tensor_declines)
+def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=False):
+    """A new tensor of Python numbers (a constant of the trace). Eager builds it once while
+    tracing (its dtype inference and errors are eager's); every call gets a new copy, as
+    eager makes a new tensor each time. Data holding tensors, arrays or traced numbers is
+    declined: torch builds it."""
+    check_options("tensor", dtype, requires_grad=requires_grad, pin_memory=pin_memory)
+    trace = current_trace()
+    if trace is not None:
+        trace.bypass += 1   # eager's own call, not a node
+    try:
+        value = torch.tensor(data, dtype=as_dtype("tensor", dtype), device=device)
+    finally:
+        if trace is not None:
+            trace.bypass -= 1
+    if value.numel() == 0 or value.ndim == 0:
+        return filled(tuple(value.shape), value.item() if value.numel() else 0, value.dtype,
+                      value.device)
+    with as_nodes():
+        return prims.clone(value)
 
 
 # --- *_like: the shape, dtype, device and memory order of another tensor -----------------------

@@ -1,13 +1,15 @@
 """Refs that read tensor values into Python: equal, allclose, item.
 
-Each computes in prims and then reads the one value it answers with, as eager does. That
-read is why the tracer never calls them on proxies: ``tracer/mapping.DATA_DEPENDENT`` names
-them, and a traced ``torch.equal(a, b)`` raises DataDependentError before any ref is looked up
-(their values decide Python control flow, which a trace cannot record).
+Each computes in prims and then reads the one value it answers with, as eager does, with
+``prims.item``: on tensors that is the read itself; in a trace it is a number the trace
+computes when it runs, so a traced function can return ``t.item()`` or
+``torch.equal(a, b)``. Its value is unknown while tracing: Python control flow on it
+(``if torch.equal(a, b):``) raises DataDependentError.
 """
 from __future__ import annotations
 
 from primtrace import prims
+from primtrace.ir.proxy import NumberProxy, Unknown
 from primtrace.refs import comparison, reductions
 from primtrace.refs.core import exports, is_tensor, ref
 from primtrace.refs.scalars import type_name
@@ -20,9 +22,12 @@ def _tensors(name, input, other):
                             f"not {type_name(x)}")
 
 
-def _read(t):
-    """The Python value of a one-element tensor (a read of data: eager only)."""
-    return t.item()
+def _read(t, what: str):
+    """The Python value of a one-element tensor (a runtime number in a trace)."""
+    value = prims.item(t)
+    if isinstance(value, NumberProxy):
+        value.value = Unknown(what)   # what a read of it names
+    return value
 
 
 @ref
@@ -36,14 +41,15 @@ def equal(input, other):
         return False
     if input.numel() == 0:
         return True
-    return bool(_read(reductions.all(comparison.eq(input, other))))
+    return _read(reductions.all(comparison.eq(input, other)), "torch.equal's result")
 
 
 @ref
 def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
     """isclose(...).all(): one dtype for both, shapes that broadcast, eager's tolerance checks."""
     _tensors("allclose", input, other)
-    return bool(_read(reductions.all(comparison.isclose(input, other, rtol, atol, equal_nan))))
+    return _read(reductions.all(comparison.isclose(input, other, rtol, atol, equal_nan)),
+                 "torch.allclose's result")
 
 
 @ref
@@ -53,7 +59,7 @@ def item(input):
         raise TypeError(f"item(): argument 'input' must be Tensor, not {type_name(input)}")
     if input.numel() != 1:
         raise RuntimeError(f"a Tensor with {input.numel()} elements cannot be converted to Scalar")
-    return _read(prims.clone(input) if input.ndim == 0 else input)
+    return _read(input, "tensor.item()")
 
 
 __all__ = exports(globals())

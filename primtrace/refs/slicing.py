@@ -8,6 +8,7 @@ Every result is a view with eager's strides (``prims.slice``, ``prims.squeeze``,
 from __future__ import annotations
 
 import builtins
+import math
 import operator
 
 import torch
@@ -15,7 +16,7 @@ import torch
 from primtrace import prims
 from primtrace.ir.strides import contiguous_strides
 from primtrace.refs import views as _views
-from primtrace.refs.core import exports, is_tensor, ref
+from primtrace.refs.core import broadcast, broadcast_shapes, exports, is_tensor, maybe_convert, ref
 from primtrace.refs.creation import filled
 from primtrace.refs.shape_args import SEQUENCE, as_int, int_list, named, require_tensor, wrap
 
@@ -228,8 +229,39 @@ def _rows_index(input, index) -> bool:
             and tuple(input.stride()) == contiguous_strides(tuple(input.shape)))
 
 
+def _leading_tensors_index(input, index) -> bool:
+    """x[i, j, ...] with only integer tensors (one per leading dim, at least two): elements
+    gathered at the broadcast indices (transformers' ``padding_mask[batch_idx, kv_idx]``).
+    Bool masks, 0-dim tensors (eager reads them as ints: a view), tensors mixed with slices
+    or ints, and other devices are left to torch."""
+    return (type(index) is tuple and 2 <= len(index) <= getattr(input, "ndim", 0)
+            and builtins.all(is_tensor(i) and i.dtype in (torch.int32, torch.int64)
+                             and i.ndim > 0 and i.device == input.device for i in index))
+
+
+def _gather_leading(input, index):
+    """input[i0, i1, ..., ik-1]: the flat position of each broadcast index tuple over the k
+    leading dims, selected from input viewed as (n0 * ... * nk-1, *rest): eager's result,
+    of shape broadcast(index shapes) + rest, row-major."""
+    k = len(index)
+    sizes, rest = tuple(input.shape[:k]), tuple(input.shape[k:])
+    try:
+        shape = broadcast_shapes(*(tuple(i.shape) for i in index))
+    except RuntimeError:
+        raise IndexError("shape mismatch: indexing tensors could not be broadcast together "
+                         "with shapes " + ", ".join(str(list(i.shape)) for i in index)) from None
+    flat = None
+    for dim, (i, n) in enumerate(zip(index, sizes)):
+        prims.check_indices(i, n, dim)
+        i = maybe_convert(i, torch.int64)
+        i = broadcast(prims.where(prims.lt(i, 0), prims.add(i, n), i), shape)
+        flat = i if flat is None else prims.add(prims.mul(flat, n), i)
+    rows = _views.reshape(input, (math.prod(sizes), *rest))
+    return prims.index_select(rows, 0, flat)
+
+
 def _getitem_declines(input, index) -> bool:
-    if _rows_index(input, index):
+    if _rows_index(input, index) or _leading_tensors_index(input, index):
         return False
     items = index if type(index) is tuple else (index,)
     return not _basic(index) or builtins.any(
@@ -252,8 +284,11 @@ def _slice_bounds(s, n):
 def _getitem(input, index):
     """Tensor.__getitem__ with ints, slices (positive steps), None and Ellipsis: applied left
     to right as eager does (select, slice, unsqueeze), always a view. One integer tensor
-    on a row-major tensor gathers rows (a new tensor); other tensor indices are left to torch."""
+    on a row-major tensor gathers rows, integer tensors for the leading dims gather elements
+    (new tensors); other tensor indices are left to torch."""
     require_tensor("__getitem__", input, "self")
+    if _leading_tensors_index(input, index):
+        return _gather_leading(input, index)
     if _rows_index(input, index):   # negative indices count from the end, as eager's
         n = input.shape[0]
         prims.check_indices(index, n, 0)

@@ -29,12 +29,14 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from primtrace.ir import proxy as _proxy
-from primtrace.ir.proxy import NumberProxy, Proxy, TensorProxy, TensorSpec
+from primtrace.ir.proxy import NumberProxy, Proxy, TensorProxy, TensorSpec, Unknown
 from primtrace.ir.symbol import Symbol, SymbolKind, has_proxy
 from primtrace.ir.trace import Node, Trace, current_trace, tracing
 from primtrace.ir.tree import tree_flatten, tree_map
 from primtrace.tracer import mapping
+from primtrace.tracer.compiling import compiling
 from primtrace.tracer.location import describe_location, user_location
+from primtrace.tracer.outputs import split as split_outputs
 from primtrace.tracer.inputs import Namer, proxify
 from primtrace.tracer.state import SideEffectError, StateRecorder, set_stop_frame
 
@@ -197,6 +199,18 @@ def _data_dependent_message(func, target) -> str:
             f"or move the check outside the jitted function")
 
 
+def _unknown_read(unknown: Unknown):
+    """User code read a number the trace computes only when it runs (``t.item()``)."""
+    raise DataDependentError(
+        f"data-dependent control flow: this reads the value of {unknown.what}, which is "
+        f"known only when the trace runs\n  {describe_location(user_location())}\n"
+        f"primtrace traces tensors symbolically: returning such a value works; branch on it "
+        f"outside the jitted function, or use torch.where for elementwise choices")
+
+
+_proxy.set_unknown_read(_unknown_read)
+
+
 def _accepts(ref: Symbol, name: str) -> bool:
     import inspect
     try:
@@ -313,6 +327,8 @@ def _to_meta(obj, memo: dict):
             return m
         if isinstance(x, NumberProxy):
             # an int may become a shape: its value then decides the trace
+            if isinstance(x.value, Unknown) and x.python_type in (float, complex):
+                return x.python_type(1)   # a value computed at run time: any value will do
             return x._read() if x.python_type in (int, bool) else x.value
         if isinstance(x, torch.Tensor) and x.device.type != "meta":
             return _meta_tensor(x.shape, x.stride(), x.dtype)
@@ -505,8 +521,11 @@ def _acquire(fn, args, kwargs, name, numbers_as_constants: bool) -> TracingTrace
     trace.inputs, trace.input_structure = inputs, (pargs, pkwargs)
     trace.state = StateRecorder(fn, trace, tensors)
     try:
-        with tracing(trace), CaptureMode(trace), trace.state.recording():
+        with tracing(trace), CaptureMode(trace), trace.state.recording(), compiling():
             out = fn(*pargs, **pkwargs)
+        out, rebuild = split_outputs(out)   # a dataclass, a namedtuple... as plain containers
+        if rebuild is not None:
+            trace.tags["output_rebuild"] = rebuild
         trace.outputs = trace.resolve(out)
         guard = trace.state.finish(namer)
     except SideEffectError as e:

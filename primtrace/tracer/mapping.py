@@ -62,10 +62,11 @@ ALIASES = {
 #: Tensor methods whose torch function takes self second: x.polygamma(n) is torch.polygamma(n, x).
 SELF_SECOND = frozenset({"polygamma"})
 
-#: calls that read tensor values into Python: they cannot be traced.
+#: calls that read tensor values into Python: they cannot be traced. (item, equal and allclose
+#: have refs: their result is a number the trace computes, refs/queries.py.)
 DATA_DEPENDENT = frozenset({
     "__bool__", "__int__", "__float__", "__index__", "__complex__", "__contains__",
-    "item", "tolist", "numpy", "data_ptr", "equal", "is_nonzero", "allclose", "__array__",
+    "tolist", "numpy", "data_ptr", "is_nonzero", "__array__",
 })
 
 #: torch functions whose results share their first argument's memory: an opaque call of one

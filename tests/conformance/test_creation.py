@@ -60,7 +60,16 @@ FILLED_CASES = [
 SCALAR_CASES = [*(((value,), {"dtype": dtype}) for value in FILLS for dtype in DTYPE_CHOICES),
                 ((torch.tensor(2.0),), {})]
 
+TENSOR_CASES = [
+    (([],), {}), (([],), {"dtype": torch.int64}), (([[], []],), {"dtype": torch.float16}),
+    ((2.5,), {}), ((0.1,), {"dtype": torch.float16}), ((3,), {}), ((True,), {}), ((1j,), {}),
+    (([1, 2],), {}), (([1, 2.5],), {}), (([[1, 2], [3, 4]],), {"dtype": torch.float64}),
+    (([True, 2],), {}), (((1, 2j),), {}), (([300],), {"dtype": torch.uint8}),
+    (([1, 2],), {"device": "cpu"}), (([[1, 2], [3]],), {}), (([1, "a"],), {}),
+]
+
 FACTORY_SPECS = [
+    _factory_spec("tensor", refs.tensor, torch.tensor, TENSOR_CASES),
     _factory_spec("full", refs.full, torch.full, FULL_CASES),
     _factory_spec("zeros", refs.zeros, torch.zeros, FILLED_CASES),
     _factory_spec("ones", refs.ones, torch.ones, FILLED_CASES),
@@ -266,6 +275,7 @@ def _prims_of(jfn):
     (lambda x: torch.arange(10), ["prims.iota"]),
     (lambda x: x.new_zeros(2), ["prims.full"]),
     (lambda x: torch.full_like(x.t(), 3), None),
+    (lambda x: torch.tensor([], dtype=x.dtype, device=x.device), ["prims.full"]),
 ])
 def test_factories_record_prims_not_opaque_nodes(fn, expected):
     x = torch.randn(3, 4)
@@ -279,6 +289,20 @@ def test_factories_record_prims_not_opaque_nodes(fn, expected):
                                                or "arange" in n) for n in names), names
     if expected is not None:
         assert names == expected
+
+
+def test_tensor_of_python_numbers_is_a_copied_constant():
+    """torch.tensor(data) (transformers' caches: torch.tensor([], dtype=..., device=...)) has
+    a ref: a new copy of the constant each call, no opaque node."""
+    fn = lambda x: torch.tensor([[1.5, 2], [3, 4]]) + x  # noqa: E731
+    jfn = primtrace.jit(fn)
+    x = torch.randn(2, 2)
+    torch.testing.assert_close(jfn(x), fn(x))
+    assert _prims_of(jfn) == ["prims.clone", "prims.add"]
+    assert not primtrace.explain(fn, x).opaque
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # the opaque call's warning and eager's copy warning
+        assert primtrace.explain(lambda x: torch.tensor(x), x).opaque   # data that is a tensor
 
 
 def test_a_runtime_fill_value_stays_an_input():
@@ -295,7 +319,7 @@ def test_factory_results_are_new_tensors_on_every_call():
     def f(x):
         y = torch.zeros_like(x)
         y += x
-        return y, torch.ones(2), x.new_full((2,), 5)
+        return y, torch.ones(2), x.new_full((2,), 5), torch.tensor([1.0, 2.0]).add_(x[:2])
     jfn = primtrace.jit(f)
     x = torch.ones(3)
     first = jfn(x)

@@ -7,6 +7,7 @@ and dtype errors. tests/tracer/test_jit_conformance.py runs these SPECS through
 call, and jit with the default executors.
 """
 import math
+import re
 import warnings
 
 import pytest
@@ -632,3 +633,39 @@ def test_getitem_with_an_integer_tensor_gathers_rows(index, index_dtype, dtype):
     for got in (refs.__getitem__(x, i), primtrace.jit(fn)(x, i)):
         assert torch.equal(got, expected) and got.stride() == expected.stride()
     assert primtrace.explain(fn, x, i).opaque == []
+
+
+def _view(x):
+    return torch.randn(4, 3, 2).transpose(0, 2) if x is None else x
+
+
+@pytest.mark.parametrize("x, index", [
+    (torch.arange(16).view(2, 8) > 5, ([[[[0]]], [[[1]]]], [[[list(range(8))]]])),  # transformers
+    (None, ([0, 1], [1, -2])),
+    (None, ([0, 1], [1, 2], [[3], [0]])),
+    (None, ([[0, -2]], [[1], [2]])),
+    (None, ([0, 2], [1, 2])),            # out of bounds: eager's IndexError at run time
+    (None, ([0, 1], [1, 9])),
+    (None, ([-3, 1], [-1, 2])),
+    (None, ([], [1])),
+    (torch.zeros(0, 3), ([], [1])),
+    (None, ([0, 1], [1, 2, 0])),         # indices that do not broadcast
+], ids=lambda v: "" if not isinstance(v, tuple) else str(v))
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
+def test_getitem_with_integer_tensors_for_leading_dims_gathers(x, index, index_dtype):
+    """x[i, j, ...] with an integer tensor per leading dim: elements at the broadcast indices
+    (shape broadcast + the other dims, row-major), eager's IndexErrors; eagerly and in jit."""
+    x = _view(x)
+    idx = tuple(torch.tensor(i, dtype=index_dtype if len(i) else torch.int64) for i in index)
+    fn = lambda x, *i: x[i]  # noqa: E731
+    try:
+        expected = fn(x, *idx)
+    except IndexError as e:
+        for run in (lambda: refs.__getitem__(x, idx), lambda: primtrace.jit(fn)(x, *idx)):
+            with pytest.raises(IndexError, match=re.escape(str(e))):
+                run()
+        return
+    for got in (refs.__getitem__(x, idx), primtrace.jit(fn)(x, *idx)):
+        assert got.dtype == expected.dtype and got.stride() == expected.stride()
+        assert torch.equal(got, expected)
+    assert primtrace.explain(fn, x, *idx).opaque == []

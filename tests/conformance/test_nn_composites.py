@@ -111,6 +111,18 @@ def _sdpa_samples(spec):
     yield SampleInput(_packed_heads(), {"is_causal": True}, "heads of a packed projection")
     yield SampleInput((t((3, 5, 8), torch.int64), t((3, 7, 8), torch.int64), t((3, 7, 4), torch.int64)), {},
                       "int64")
+    # grouped query attention: 4 query heads over 2 (or 1) key/value heads
+    gq, gk, gv = t((2, 4, 5, 8)), t((2, 2, 7, 8), seed=1), t((2, 2, 7, 4), seed=2)
+    yield SampleInput((gq, gk, gv), {"enable_gqa": True}, "gqa")
+    yield SampleInput((gq, gk[:, :1], gv[:, :1]), {"enable_gqa": True, "is_causal": True}, "gqa 1 head")
+    yield SampleInput((gq, gk, gv), {"enable_gqa": True, "attn_mask": t((5, 7), torch.bool, 3)},
+                      "gqa bool mask")
+    yield SampleInput((gq, gq[:, :3], gq[:, :3]), {"enable_gqa": True}, "gqa heads not dividing")
+    yield SampleInput((t((4, 5, 8)), t((2, 7, 8), seed=1), t((2, 7, 4), seed=2)), {"enable_gqa": True},
+                      "gqa 3-d")
+    yield SampleInput(tuple(x.transpose(1, 2) for x in (t((2, 5, 4, 8)), t((2, 5, 2, 8), seed=1),
+                                                       t((2, 5, 2, 8), seed=2))),
+                      {"enable_gqa": True}, "gqa transposed heads")
 
 
 def _packed_heads(B=2, T=5, H=3, E=4):

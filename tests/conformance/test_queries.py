@@ -110,11 +110,11 @@ def test_item():
     lambda a, b: a + 1 if torch.equal(a, b) else a,
     lambda a, b: a + 1 if a.equal(b) else a,
     lambda a, b: a + 1 if torch.allclose(a, b) else a,
-    lambda a, b: a * a.sum().item(),
+    lambda a, b: a * 2 if a.sum().item() > 0 else a,
 ], ids=["torch.equal", "Tensor.equal", "torch.allclose", "Tensor.item"])
 def test_traced_reads_still_raise_data_dependent_errors(fn):
-    """The refs exist, but the tracer names these calls data-dependent before it looks one
-    up: what they return decides Python control flow, which a trace cannot record."""
+    """Traced, these return a number the trace computes when it runs; Python control flow
+    on it cannot be recorded in a trace and raises, naming the user's line."""
     jfn = primtrace.jit(fn)
     with pytest.raises(DataDependentError, match="data-dependent control flow") as info:
         jfn(torch.ones(3), torch.ones(3))

@@ -10,8 +10,8 @@ draw their noise as eager does (``prims.bernoulli`` on torch's generator, in the
 memory order, so on the CPU a seed gives eager's mask; eager's CUDA dropout is a fused
 kernel with its own draws) and return input itself when not training;
 scaled_dot_product_attention is q @ k^T * scale, masked, softmax, @ v in the opmath dtype
-(dropout_p > 0 and enable_gqa are declined); the norms compute their statistics in the
-opmath dtype with eager's scale-and-shift form, and batch_norm in training updates the
+(enable_gqa repeats key and value heads; dropout_p > 0 off the CPU is declined); the norms
+compute their statistics in the opmath dtype with eager's scale-and-shift form, and batch_norm in training updates the
 running statistics in place (unbiased variance), as eager does.
 """
 from __future__ import annotations
@@ -233,9 +233,26 @@ def _dropout_as_eager(query) -> bool:
         torch.float32, torch.float64)
 
 
+def _gqa_declines(query, key, value) -> bool:
+    """enable_gqa with inputs of under 3 dims (eager's IndexError) or with key and value
+    head counts that differ (eager's kernels disagree there): torch runs it."""
+    return not (is_tensor(query) and is_tensor(key) and is_tensor(value)) or min(
+        query.ndim, key.ndim, value.ndim) < 3 or key.shape[-3] != value.shape[-3]
+
+
 def _sdpa_declines(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
                    scale=None, enable_gqa=False) -> bool:
-    return bool(enable_gqa) or (bool(dropout_p) and not _dropout_as_eager(query))
+    return (bool(enable_gqa) and _gqa_declines(query, key, value)) or (
+        bool(dropout_p) and not _dropout_as_eager(query))
+
+
+def _repeat_heads(t, n):
+    """t.repeat_interleave(n, -3): each head n times in a row (GQA's shared key/value heads)."""
+    if n == 1:
+        return t
+    shape = tuple(t.shape)
+    wide = refs.expand(refs.unsqueeze(t, -3), *shape[:-2], n, *shape[-2:])
+    return refs.reshape(wide, *shape[:-3], shape[-3] * n, *shape[-2:])
 
 
 @ref(module=MODULE, declines=_sdpa_declines)
@@ -246,10 +263,20 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     everywhere gives zeros (eager's safe softmax); dropout_p drops weights as F.dropout
     does, with its draws (eager's math path on the CPU)."""
     _tensors("scaled_dot_product_attention", query=query, key=key, value=value)
-    if enable_gqa or (dropout_p and not _dropout_as_eager(query)):
-        raise NotImplementedError("primtrace: scaled_dot_product_attention with enable_gqa, or "
+    if (enable_gqa and _gqa_declines(query, key, value)) or (
+            dropout_p and not _dropout_as_eager(query)):
+        raise NotImplementedError("primtrace: scaled_dot_product_attention with enable_gqa on "
+                                  "inputs of under 3 dims or unlike key and value heads, or "
                                   "dropout_p > 0 off the CPU or in half precision, has no ref; "
                                   "torch runs it")
+    if enable_gqa:   # key and value heads each serve a group of query heads
+        heads = key.shape[-3]
+        if heads == 0 or query.shape[-3] % heads:
+            raise RuntimeError("Number of heads in key and value must divide the number of "
+                               "heads in ")   # sic: eager's message ends there
+        key_in, value_in = key, value
+        key = _repeat_heads(key, query.shape[-3] // heads)
+        value = _repeat_heads(value, query.shape[-3] // heads)
     if not query.dtype == key.dtype == value.dtype:
         raise RuntimeError(f"Expected query, key, and value to have the same dtype, but got "
                            f"query.dtype: {dtypes.c_type_name(query.dtype)} key.dtype: "
@@ -302,21 +329,26 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         weights = _dropout("scaled_dot_product_attention", weights, dropout_p, True, False,
                            alpha=False, feature=False)
     out = maybe_convert(prims.matmul(weights, v), query.dtype)
-    return _laid_out_as_eager(out, query, key, value, dropout_p)
+    if enable_gqa:   # the kernel eager picks sees the unrepeated heads
+        key, value = key_in, value_in
+    return _laid_out_as_eager(out, query, key, value, dropout_p, bool(enable_gqa))
 
 
-def _laid_out_as_eager(out, query, key, value, dropout_p):
+def _laid_out_as_eager(out, query, key, value, dropout_p, gqa=False):
     """`out` with the strides of eager's CPU result. Its fused (flash) kernel, taken for 4-d
     inputs of one head size with unit inner strides, one batch and head count and nonempty
-    sequences, without dropout, allocates the result like the query: for heads split from a
-    packed qkv projection that is a (B, T, H, E) layout, which the usual
+    sequences, without dropout (with enable_gqa, key heads dividing the query's), allocates
+    the result like the query: for heads split from a packed qkv projection that is a
+    (B, T, H, E) layout, which the usual
     ``y.transpose(1, 2).contiguous()`` then reads without a copy. Other paths return the
     matmul's contiguous result. (Checked against eager on 1200 random layouts and shapes.)"""
     q, k, v = query, key, value
     flash = (q.device.type == "cpu" and q.ndim == k.ndim == v.ndim == 4 and not dropout_p
              and q.shape[-1] == k.shape[-1] == v.shape[-1] and out.numel() > 0
              and all(t.stride()[-1] == 1 for t in (q, k, v))
-             and q.shape[0] == k.shape[0] == v.shape[0] and q.shape[1] == k.shape[1] == v.shape[1])
+             and q.shape[0] == k.shape[0] == v.shape[0] and k.shape[1] == v.shape[1]
+             and (q.shape[1] == k.shape[1]
+                  or (gqa and k.shape[1] > 0 and q.shape[1] % k.shape[1] == 0)))
     shape = tuple(out.shape)
     strides = prims.elementwise_strides(shape, [tuple(q.stride())])
     if not flash or matches_dense(shape, tuple(out.stride()), strides):

@@ -1,0 +1,142 @@
+"""The containers a traced function returns, rebuilt with each call's values.
+
+A trace's outputs are a nest of plain tuples, lists and dicts (what the passes walk and
+the generated code writes). A function may return other containers: a namedtuple, a
+dataclass, an ``OrderedDict`` or another dict subclass, a transformers ``ModelOutput``.
+Returning the object built while tracing would hand every call the same object, with
+proxies inside; so :func:`split` turns the result into a plain nest of its leaves and a
+function that builds the original kinds of containers again around a call's values.
+Leaves that are not tensors (ints, strings, None) are returned as traced.
+
+Containers are what ``torch.utils._pytree`` knows (namedtuples, ``torch.return_types``,
+OrderedDict, defaultdict, deque, ModelOutput, which registers itself, and any type
+registered with it), dataclass instances, and subclasses of tuple, list and dict.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import warnings
+from typing import Callable
+
+import torch
+import torch.utils._pytree as pytree
+
+from primtrace.ir.proxy import Proxy
+
+_PLAIN = (tuple, list, dict)
+
+
+def split(obj) -> tuple[object, Callable | None]:
+    """(plain, rebuild): `obj` with every container that is not a plain tuple, list or dict
+    replaced by the tuple of its children, and the function that builds `obj`'s kinds of
+    containers around values in that plain nest; rebuild is None when `obj` is plain."""
+    t = type(obj)
+    if t is tuple or t is list:
+        plain, rebuilds = _split_all(obj)
+        if not any(rebuilds):
+            return obj, None
+        return t(plain), lambda values: t(_apply(rebuilds, values))
+    if t is dict:
+        keys = list(obj)
+        plain, rebuilds = _split_all(obj[k] for k in keys)
+        if not any(rebuilds):
+            return obj, None
+        return dict(zip(keys, plain)), lambda values: dict(
+            zip(keys, _apply(rebuilds, [values[k] for k in keys])))
+    container = _container(obj)
+    if container is None:
+        _warn_if_holding_proxies(obj)
+        return obj, None   # a leaf
+    children, make = container
+    plain, rebuilds = _split_all(children)
+    if not any(rebuilds):
+        return tuple(plain), make
+    return tuple(plain), lambda values: make(list(_apply(rebuilds, values)))
+
+
+def _split_all(items):
+    parts = [split(x) for x in items]
+    return [p for p, _ in parts], [r for _, r in parts]
+
+
+def _apply(rebuilds, values):
+    return (v if r is None else r(v) for r, v in zip(rebuilds, values))
+
+
+def _container(obj):
+    """(children, make) of a container that is not plain, or None for a leaf; `make` builds
+    the same kind of container from a list of new children."""
+    t = type(obj)
+    node = pytree.SUPPORTED_NODES.get(t)
+    if node is not None and t not in _PLAIN:   # OrderedDict, ModelOutput, registered types
+        children, context = node.flatten_fn(obj)
+        return list(children), lambda values: node.unflatten_fn(values, context)
+    if isinstance(obj, tuple):
+        if hasattr(t, "_fields"):   # a namedtuple
+            return list(obj), lambda values: t(*values)
+        return list(obj), t   # torch.return_types and other tuple subclasses take one sequence
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        names = [f.name for f in dataclasses.fields(obj)]
+        return [getattr(obj, n) for n in names], lambda values: _replaced(obj, names, values)
+    if isinstance(obj, dict):
+        keys = list(obj)
+        return [obj[k] for k in keys], lambda values: _with_items(obj, keys, values)
+    if isinstance(obj, list):
+        return list(obj), lambda values: _with_items(obj, range(len(values)), values)
+    return None
+
+
+def _replaced(obj, names, values):
+    """A copy of dataclass `obj` holding `values` in its fields (its ``__init__`` and
+    ``__post_init__`` already ran while tracing: they are not run again; frozen ones too)."""
+    new = copy.copy(obj)
+    for name, value in zip(names, values):
+        object.__setattr__(new, name, value)
+    return new
+
+
+def _with_items(obj, keys, values):
+    """A copy of a dict or list subclass `obj` (its type and attributes) holding `values`."""
+    new = copy.copy(obj)
+    for key, value in zip(keys, values):
+        new[key] = value
+    return new
+
+
+_ATOMS = (type(None), bool, int, float, complex, str, bytes, type)
+
+
+def _warn_if_holding_proxies(obj) -> None:
+    """A returned object that is no container but holds traced values in its attributes (a
+    transformers DynamicCache built while tracing) is returned as it is, the same object on
+    every call, with proxies inside: say so rather than return it silently."""
+    if isinstance(obj, (Proxy, torch.Tensor)):
+        return
+    path = _proxy_path(obj, 0, set())
+    if path is not None:
+        warnings.warn(f"primtrace: the function returns a {type(obj).__name__} object that "
+                      f"holds traced values ({type(obj).__name__}{path}); it is not a container "
+                      f"primtrace rebuilds, so every call returns the object built while "
+                      f"tracing, with proxies inside (return tensors, or containers of them)",
+                      stacklevel=2)
+
+
+def _proxy_path(obj, depth: int, seen: set):
+    """Where a proxy sits inside `obj`'s attributes and items (a few levels deep), or None."""
+    if isinstance(obj, Proxy):
+        return ""
+    if isinstance(obj, _ATOMS) or depth > 4 or id(obj) in seen or callable(obj):
+        return None
+    seen.add(id(obj))
+    if isinstance(obj, dict):
+        items = [(f"[{k!r}]", v) for k, v in obj.items()]
+    elif isinstance(obj, (list, tuple)):
+        items = [(f"[{i}]", v) for i, v in enumerate(obj)]
+    else:
+        items = [(f".{k}", v) for k, v in getattr(obj, "__dict__", {}).items()]
+    for where, value in items[:64]:
+        found = _proxy_path(value, depth + 1, seen)
+        if found is not None:
+            return where + found
+    return None

@@ -1,0 +1,89 @@
+"""transformers models under primtrace.jit, called as users call them.
+
+Tiny configs (2 layers, hidden 64, sequences of 8), random weights, eval mode:
+``primtrace.jit(model)(input_ids=ids, attention_mask=mask)`` returns eager's output type
+holding real tensors equal to eager's, on every call (new ids and masks, padding
+included), and ``explain`` finds no opaque op. What this needs: rebuilt output containers
+(ModelOutput), ``torch.compiler.is_compiling()`` true while tracing (the mask utilities'
+value-reading shortcuts), refs for ``torch.tensor([])`` (cache layers) and sdpa with
+``enable_gqa`` (LLaMA with fewer key/value heads than query heads).
+"""
+import warnings
+
+import pytest
+import torch
+
+import primtrace
+
+transformers = pytest.importorskip("transformers")
+
+VOCAB, SEQ = 100, 8
+
+
+def gpt2():
+    config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=VOCAB,
+                                     n_positions=64, bos_token_id=0, eos_token_id=0)
+    return transformers.GPT2LMHeadModel(config), "logits"
+
+
+def llama():
+    config = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128,
+                                      num_attention_heads=4, num_key_value_heads=2,
+                                      vocab_size=VOCAB, bos_token_id=0, eos_token_id=0)
+    return transformers.LlamaForCausalLM(config), "logits"
+
+
+def bert():
+    config = transformers.BertConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128,
+                                     num_attention_heads=4, vocab_size=VOCAB)
+    return transformers.BertModel(config), "last_hidden_state"
+
+
+MODELS = {"gpt2": gpt2, "llama": llama, "bert": bert}
+
+
+def _calls():
+    """Three (ids, mask) pairs: no padding, the second row padded, both rows padded."""
+    gen = torch.Generator().manual_seed(1)
+    masks = [torch.ones(2, SEQ, dtype=torch.long) for _ in range(3)]
+    masks[1][1, 6:] = 0
+    masks[2][0, 5:] = 0
+    masks[2][1, 3:] = 0
+    return [(torch.randint(0, VOCAB, (2, SEQ), generator=gen), m) for m in masks]
+
+
+@pytest.fixture
+def quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # transformers' config and deprecation notes
+        yield
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_jit_model_called_as_users_call_it(name, quiet):
+    torch.manual_seed(0)
+    model, field = MODELS[name]()
+    model.eval()
+    jm = primtrace.jit(model)
+    with torch.no_grad():
+        for ids, mask in _calls():
+            out = jm(input_ids=ids, attention_mask=mask, use_cache=False)
+            eager = model(input_ids=ids, attention_mask=mask, use_cache=False)
+            assert type(out) is type(eager)
+            assert list(out.keys()) == list(eager.keys())
+            got = getattr(out, field)
+            assert type(got) is torch.Tensor
+            torch.testing.assert_close(got, getattr(eager, field), atol=1e-5, rtol=1e-4)
+            assert out[0] is got   # ModelOutput's tuple view and attribute agree
+    assert not primtrace.explain(model, input_ids=ids, attention_mask=mask,
+                                 use_cache=False).opaque
+
+
+def test_explain_finds_no_opaque_op_with_the_defaults(quiet):
+    """Called with input_ids only (use_cache's default, the cache layers' torch.tensor([]),
+    GQA attention): every op has a ref."""
+    torch.manual_seed(0)
+    model, _ = llama()
+    model.eval()
+    ids = _calls()[0][0]
+    assert not primtrace.explain(model, input_ids=ids).opaque

@@ -1,0 +1,208 @@
+"""What a jitted function returns: its own containers rebuilt around each call's tensors,
+numbers read from tensors (item, equal, allclose), and is_compiling() while tracing."""
+import collections
+import dataclasses
+import threading
+
+import pytest
+import torch
+
+import primtrace
+from primtrace.tracer import DataDependentError
+
+NT = collections.namedtuple("NT", "a b")
+
+
+@dataclasses.dataclass
+class Out:
+    a: torch.Tensor
+    b: object = None
+    n: int = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Frozen:
+    x: torch.Tensor
+    label: str = "f"
+
+
+class OD(collections.OrderedDict):
+    pass
+
+
+class D(dict):
+    pass
+
+
+class L(list):
+    pass
+
+
+def _same(got, expected):
+    """Same container types all the way down, equal tensors that are real tensors."""
+    assert type(got) is type(expected)
+    if isinstance(expected, torch.Tensor):
+        assert type(got) is torch.Tensor
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    elif dataclasses.is_dataclass(expected):
+        for f in dataclasses.fields(expected):
+            _same(getattr(got, f.name), getattr(expected, f.name))
+    elif isinstance(expected, dict):
+        assert list(got) == list(expected)
+        for k in expected:
+            _same(got[k], expected[k])
+    elif isinstance(expected, (tuple, list)):
+        assert len(got) == len(expected)
+        for g, e in zip(got, expected):
+            _same(g, e)
+    else:
+        assert got == expected
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: NT(x + 1, x * 2),
+    lambda x: NT(x, x),                                   # inputs returned as they are
+    lambda x: Out(x + 1, [x * 2, "s"], 5),
+    lambda x: Frozen(x.sin()),
+    lambda x: OD(a=x + 1, b=None),
+    lambda x: D(a=x + 1, k=2),
+    lambda x: L([x + 1, x - 1]),
+    lambda x: (NT(x, {"k": Out(x.cos(), None)}), Frozen(x * 3, "g")),
+    lambda x: {"out": [Out(x + 2), NT(1, "a")]},
+    lambda x: x.max(0),                                   # torch.return_types
+], ids=["namedtuple", "namedtuple of inputs", "dataclass", "frozen dataclass",
+        "OrderedDict subclass", "dict subclass", "list subclass", "nested", "in plain containers",
+        "return_types"])
+@pytest.mark.filterwarnings("ignore::primtrace.OpaqueOpWarning")
+def test_output_containers_are_rebuilt_with_each_calls_tensors(fn):
+    jfn = primtrace.jit(fn)
+    first = jfn(torch.ones(3))
+    for x in (torch.zeros(3), torch.arange(3.0)):
+        got = jfn(x)
+        _same(got, fn(x))
+        assert got is not first
+    assert primtrace.cache_info(jfn).misses == 1
+
+
+def test_model_output_is_rebuilt():
+    utils = pytest.importorskip("transformers.utils")
+
+    @dataclasses.dataclass
+    class Output(utils.ModelOutput):
+        logits: torch.Tensor = None
+        hidden: tuple = None
+        loss: torch.Tensor = None
+
+    fn = lambda x: Output(logits=x * 2, hidden=(x, x + 1))  # noqa: E731
+    jfn = primtrace.jit(fn)
+    jfn(torch.ones(2))
+    got, expected = jfn(torch.arange(2.0)), fn(torch.arange(2.0))
+    assert type(got) is Output and list(got.keys()) == ["logits", "hidden"] and got.loss is None
+    assert type(got.logits) is torch.Tensor and got[0] is got.logits
+    torch.testing.assert_close(got.logits, expected.logits)
+    torch.testing.assert_close(got.hidden[1], expected.hidden[1])
+
+
+def test_an_object_holding_traced_values_warns():
+    class Cache:
+        def __init__(self, t):
+            self.layers = [{"keys": t}]
+    with pytest.warns(UserWarning, match=r"Cache object that holds traced values \(Cache.layers\[0\]"):
+        primtrace.jit(lambda x: (x + 1, Cache(x * 2)))(torch.ones(2))
+
+
+# --- numbers read from tensors ------------------------------------------------------------------
+@pytest.mark.parametrize("fn, args", [
+    (lambda t: t.item(), (torch.tensor([1.5]),)),
+    (lambda t: t.sum().item(), (torch.tensor([3, 4]),)),
+    (lambda t: (t > 0).all().item(), (torch.tensor([3, -4]),)),
+    (lambda a, b: torch.equal(a, b), (torch.ones(2), torch.ones(2))),
+    (lambda a, b: a.equal(b + 1), (torch.ones(2), torch.ones(2))),
+    (lambda a, b: torch.equal(a, b[:1]), (torch.ones(2), torch.ones(2))),   # shapes differ
+    (lambda a, b: torch.allclose(a, b + 1e-9), (torch.ones(2), torch.ones(2))),
+    (lambda a, b: (a + 1, torch.allclose(a, b), a.sum().item() * 2 + 1), (torch.ones(2), torch.ones(2))),
+    (lambda a: a * a.sum().item(), (torch.arange(3.0),)),
+])
+def test_item_equal_allclose_are_returned_as_computed_per_call(fn, args):
+    jfn = primtrace.jit(fn)
+    for scale in (1, 2, -1):
+        call = [a * scale for a in args]
+        got, expected = jfn(*call), fn(*call)
+        if isinstance(expected, tuple):
+            torch.testing.assert_close(got[0], expected[0])
+            got, expected = got[1:], expected[1:]
+        if isinstance(expected, torch.Tensor):
+            torch.testing.assert_close(got, expected)
+        else:
+            assert got == expected and type(got) is type(expected)
+    assert primtrace.cache_info(jfn).misses == 1
+
+
+@pytest.mark.parametrize("fn", [
+    lambda t: t if t.sum().item() > 0 else -t,
+    lambda t: t if torch.equal(t, t + 0) else -t,
+    lambda t: t * float(t.max().item()),
+    lambda t: t[: int(t.sum().item())],
+])
+def test_control_flow_on_such_a_number_raises_at_the_users_line(fn):
+    with pytest.raises(DataDependentError, match="known only when the trace runs") as info:
+        primtrace.jit(fn)(torch.ones(3))
+    assert "test_outputs.py" in str(info.value) and "lambda t:" in str(info.value)
+
+
+# --- is_compiling --------------------------------------------------------------------------------
+def test_is_compiling_is_true_while_tracing_only():
+    seen = []
+
+    def f(x):
+        seen.append(torch.compiler.is_compiling())
+        return x + 1
+    jfn = primtrace.jit(f)
+    jfn(torch.ones(2))
+    jfn(torch.ones(2))   # a cached call runs no Python of f
+    assert seen == [True] and not torch.compiler.is_compiling()
+
+
+def test_is_compiling_skips_a_libraries_value_reading_check():
+    """transformers' mask utilities: ``if not is_compiling() and mask.all(): skip``."""
+    def f(x, mask):
+        if not torch.compiler.is_compiling() and mask.all():
+            return x
+        return x.masked_fill(~mask, 0.0)
+    jfn = primtrace.jit(f)
+    x, mask = torch.randn(4), torch.tensor([True, True, False, True])
+    torch.testing.assert_close(jfn(x, mask), f(x, mask))
+    torch.testing.assert_close(jfn(x, torch.ones(4, dtype=torch.bool)), x)
+
+
+def test_is_compiling_is_restored_after_a_failed_trace():
+    original = torch.compiler.is_compiling
+
+    def f(x):
+        if x.sum() > 0:
+            return x
+        return -x
+    with pytest.raises(DataDependentError):
+        primtrace.jit(f)(torch.ones(2))
+    assert torch.compiler.is_compiling is original and not torch.compiler.is_compiling()
+
+
+def test_is_compiling_is_per_thread():
+    """Another thread running eager code while one traces keeps the true answer."""
+    tracing, checked = threading.Event(), threading.Event()
+    other = []
+
+    def f(x):
+        tracing.set()
+        checked.wait(10)
+        return x + 1
+
+    def eager_thread():
+        tracing.wait(10)
+        other.append(torch.compiler.is_compiling())
+        checked.set()
+    thread = threading.Thread(target=eager_thread)
+    thread.start()
+    primtrace.jit(f)(torch.ones(2))
+    thread.join(10)
+    assert other == [False]
