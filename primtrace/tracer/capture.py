@@ -392,7 +392,8 @@ def _real_metadata(func, target, args, kwargs, memo, display, where, meta_error)
     repeat_interleave): the call is run again on ones, and different metadata is a
     DataDependentError. What neither run shows is caught per call: the node's symbol checks its
     outputs' shapes and dtypes against the trace's (``_checked_symbol``), so a wrong guess is an
-    error, never a silently wrong result. Inputs over STAND_IN_BYTES keep the meta error."""
+    error, never a silently wrong result. Where the kernel refuses the stand-ins too, its error
+    is raised (eager's kind). Inputs over STAND_IN_BYTES keep the meta error."""
     size = sum(x.numel() * x.dtype.itemsize for x in tree_flatten((args, kwargs))
                if isinstance(x, TensorProxy))
     if size > STAND_IN_BYTES:
@@ -401,11 +402,12 @@ def _real_metadata(func, target, args, kwargs, memo, display, where, meta_error)
         raise meta_error
     try:
         result = func(*_stand_ins(args, 0, memo), **_stand_ins(kwargs, 0, memo))
-    except Exception:
-        # the kernel refuses these arguments too: eager's error, as the meta function said it
-        meta_error.add_note(f"primtrace: raised while computing the metadata of {display} on "
-                            f"meta tensors, {where}")
-        raise meta_error from None
+    except Exception as e:
+        # the kernel refuses these arguments too: its error is eager's (its kind may differ
+        # from the meta function's: NotImplementedError for a dtype the kernel lacks)
+        e.add_note(f"primtrace: raised while computing the metadata of {display} on "
+                   f"zero-filled inputs, {where}")
+        raise e from None
     try:
         again = func(*_stand_ins(args, 1, {}), **_stand_ins(kwargs, 1, {}))
     except Exception:   # ones are not valid values here (indices): the per-call check remains
