@@ -126,3 +126,34 @@ def test_conv1d_string_padding_unbatched(kwargs):
     assert (got.shape, got.stride()) == (expected.shape, expected.stride())
     torch.testing.assert_close(got, expected)
     assert primtrace.explain(f, x, w).opaque == []
+
+
+@pytest.mark.parametrize("groups", [1, 4])
+def test_conv1d_of_permuted_inputs_is_a_ref(groups):
+    """eager's _convolution makes a 1-d input contiguous first: the ref copies a permuted one
+    (a transposed (N, L, C) activation, as Wav2Vec2 passes) and convolves the copy."""
+    torch.manual_seed(0)
+    w, b = torch.randn(8, 8 // groups, 5), torch.randn(8)
+    f = lambda x, w, b: F.conv1d(x, w, b, padding=2, groups=groups)  # noqa: E731
+    for x in (torch.randn(2, 12, 8).transpose(1, 2), torch.randn(12, 8).t(),
+              torch.randn(8, 2, 12).permute(1, 0, 2)):
+        expected, got = f(x, w, b), primtrace.jit(f)(x, w, b)
+        assert (got.shape, got.stride()) == (expected.shape, expected.stride())
+        assert torch.equal(got, expected)
+        assert primtrace.explain(f, x, w, b).opaque == []
+
+
+def test_wav2vec2_positional_conv_embedding():
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.wav2vec2.modeling_wav2vec2 import Wav2Vec2PositionalConvEmbedding
+    config = transformers.Wav2Vec2Config(hidden_size=16, num_conv_pos_embeddings=8,
+                                         num_conv_pos_embedding_groups=4)
+    torch.manual_seed(0)
+    module = Wav2Vec2PositionalConvEmbedding(config).eval()
+    x = torch.randn(2, 12, 16)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected, got = module(x), primtrace.jit(module)(x)
+        assert primtrace.explain(module, x).opaque == []
+    assert (got.shape, got.stride()) == (expected.shape, expected.stride())
+    torch.testing.assert_close(got, expected)

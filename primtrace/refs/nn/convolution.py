@@ -15,7 +15,8 @@ called): ``return_indices=True``; complex inputs; tensors off the CPU (the meta 
 follow the CPU kernels' layout rules); convolutions the prim's meta leaves
 to torch (operands neither contiguous nor channels_last, an input without channels, an empty
 input of mixed dtypes or of the output's shape, a transposed convolution to an empty
-output); max_pool3d of a non-contiguous unbatched input.
+output); max_pool3d of a non-contiguous unbatched input. A non-contiguous conv1d input is not
+declined: it is copied contiguous first, as eager's _convolution copies it.
 """
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ import warnings
 
 import torch
 
+from primtrace.ir.proxy import TensorProxy, TensorSpec
+from primtrace.ir.strides import contiguous_strides
 from primtrace.prims import library as L
 from primtrace.prims.meta import PrimContractError
 from primtrace.refs.core import exports, is_tensor, ref
@@ -135,6 +138,9 @@ def _left_to_torch(fname, nd, transposed, input, weight, bias, stride, padding, 
         return False
     try:
         params = _conv_params(fname, nd, input, weight, stride, padding, dilation, output_padding)
+        if nd == 1 and not transposed and not _is_contiguous(input):   # copied (_read_1d)
+            input = TensorProxy("input", TensorSpec(tuple(input.shape), input.dtype, input.device,
+                                                    contiguous_strides(tuple(input.shape))))
         L.convolution.meta(input, weight, bias, *params[:3], transposed, params[3],
                            operator.index(groups))
     except NotImplementedError as e:
@@ -170,8 +176,35 @@ def _conv(fname, nd, input, weight, bias, stride, padding, dilation, groups):
                                                              padding, dilation)
     if same:
         input = _pad_uneven_same(input, weight, dilation)
+    if nd == 1:
+        input = _read_1d(input)
     return L.convolution(input, weight, bias, stride, padding, dilation, False, output_padding,
                          operator.index(groups))
+
+
+def _is_contiguous(t) -> bool:
+    """torch's is_contiguous: row-major strides on the dims of size > 1 (what .contiguous()
+    returns as is)."""
+    expected = 1
+    for n, stride in reversed(list(zip(t.shape, t.stride()))):
+        if n == 0:
+            return True
+        if n != 1:
+            if stride != expected:
+                return False
+            expected *= n
+    return True
+
+
+def _read_1d(input):
+    """A 1-d convolution's input as eager's _convolution reads it: made contiguous first
+    ("avoid accidentally going through NHWC for permuted 3d input"), so a transposed (N, L, C)
+    view, as Wav2Vec2's positional convolution passes, convolves as its contiguous copy
+    (values and layout, checked against eager on random layouts)."""
+    if _is_contiguous(input):
+        return input
+    from primtrace.refs.conversion import contiguous
+    return contiguous(input)
 
 
 def _pad_uneven_same(input, weight, dilation):
