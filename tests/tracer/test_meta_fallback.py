@@ -1,6 +1,7 @@
-"""Opaque calls whose meta function refuses what the kernel takes (F.grouped_mm on float32:
-its meta takes bf16 only): the tracer takes their metadata from a run on zero-filled
-stand-ins, refuses value-dependent outputs, and checks every call's outputs against it."""
+"""Meta functions stricter than the CPU kernels. F.grouped_mm on float32 (its meta takes
+bf16 only) is a ref over prims.grouped_mm, whose meta is a shape formula; any other opaque call
+whose meta function refuses what its kernel takes gets its metadata from a run on zero-filled
+stand-ins, value-dependent outputs refused, every call's outputs checked against it."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -36,20 +37,67 @@ def _experts(a, w, offs):
 def test_grouped_mm_float32_under_jit_matches_eager():
     a, w = torch.randn(8, 4), torch.randn(3, 4, 8)
     jitted = primtrace.jit(_experts)
-    for offs in ([3, 5, 8], [0, 8, 8], [1, 2, 6]):
+    for offs in ([3, 5, 8], [0, 8, 8], [1, 2, 8]):   # rows past the last: unset in eager
         offs = torch.tensor(offs, dtype=torch.int32)
         got, expected = jitted(a, w, offs), _experts(a, w, offs)
         assert (got.shape, got.dtype, got.stride()) == (expected.shape, expected.dtype,
                                                          expected.stride())
         torch.testing.assert_close(got, expected)
+    assert primtrace.explain(_experts, a, w, offs).opaque == []
 
 
-def test_grouped_mm_invalid_arguments_raise_eagers_error():
-    a, w = torch.randn(8, 4), torch.randn(2, 4, 3)   # strides not a multiple of 16 bytes
-    offs = torch.tensor([3, 8], dtype=torch.int32)
-    with pytest.raises(RuntimeError):
+I32 = torch.int32
+GROUPED = [   # (a, b, offs, out_dtype): each rank combination, operand layouts
+    (lambda: torch.randn(8, 16), lambda: torch.randn(3, 16, 8), [3, 8, 8], None),
+    (lambda: torch.randn(16, 8).t(), lambda: torch.randn(3, 8, 16).transpose(1, 2), [0, 5, 8],
+     None),
+    (lambda: torch.randn(3, 8, 16), lambda: torch.randn(16, 8), [4, 8, 8], None),
+    (lambda: torch.randn(8, 16), lambda: torch.randn(16, 8), [4, 16], None),
+    (lambda: torch.randn(3, 8, 16), lambda: torch.randn(3, 16, 8), None, None),
+    (lambda: torch.randn(8, 16).bfloat16(), lambda: torch.randn(3, 16, 8).bfloat16(), [3, 8, 8],
+     torch.bfloat16),
+]
+
+
+@pytest.mark.parametrize("case", range(len(GROUPED)))
+def test_grouped_mm_forms_match_eager(case):
+    make_a, make_b, offs, out_dtype = GROUPED[case]
+    torch.manual_seed(case)
+    a, b = make_a(), make_b()
+    offs = None if offs is None else torch.tensor(offs, dtype=I32)
+
+    def f(a, b, offs):
+        return F.grouped_mm(a, b, offs=offs, out_dtype=out_dtype)
+    expected, got = f(a, b, offs), primtrace.jit(f)(a, b, offs)
+    assert (got.shape, got.dtype, got.stride()) == (expected.shape, expected.dtype,
+                                                     expected.stride())
+    torch.testing.assert_close(got, expected)
+
+
+def test_grouped_mm_of_large_weights_needs_no_stand_ins():
+    """The prim's meta is a formula: weights over the stand-in limit trace too."""
+    from primtrace.tracer import capture
+    a, w = torch.randn(8, 64), torch.randn(2, 64, 64)
+    offs = torch.tensor([3, 8], dtype=I32)
+    limit, capture.STAND_IN_BYTES = capture.STAND_IN_BYTES, 1024
+    try:
+        torch.testing.assert_close(primtrace.jit(_experts)(a, w, offs), _experts(a, w, offs))
+    finally:
+        capture.STAND_IN_BYTES = limit
+
+
+@pytest.mark.parametrize("make", [
+    lambda: (torch.randn(8, 4), torch.randn(2, 4, 3), torch.tensor([3, 8], dtype=I32)),  # strides
+    lambda: (torch.randn(8, 4).double(), torch.randn(2, 4, 4).double(),
+             torch.tensor([3, 8], dtype=I32)),                                        # dtype
+    lambda: (torch.randn(8, 4), torch.randn(2, 8, 4), torch.tensor([3, 8], dtype=I32)),  # K
+    lambda: (torch.randn(8, 4), torch.randn(2, 4, 4), torch.tensor([3, 8])),          # int64 offs
+])
+def test_grouped_mm_invalid_arguments_raise_eagers_error(make):
+    a, w, offs = make()
+    with pytest.raises(RuntimeError) as eager:
         _experts(a, w, offs)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(type(eager.value)):
         primtrace.jit(_experts)(a, w, offs)
 
 
