@@ -84,6 +84,88 @@ take = _prim("take", _take_meta, torch.take,
              "a's elements at `index` in row-major order (torch.take): index's shape.")
 
 
+# --- advanced indexing: x[i, :, j] ---------------------------------------------------------------
+def _advanced(name, a, indices):
+    """The contract of index/index_put: `indices` is a tuple of at most a.ndim entries, each
+    None (the dim is kept) or an int64/int32 tensor on a's device, at least one a tensor, all
+    the tensors of one shape (the ref broadcasts them)."""
+    if not is_tensor(a) or type(indices) is not tuple or not 0 < len(indices) <= a.ndim:
+        raise PrimContractError(f"prims.{name}: a tensor and a tuple of at most a.ndim indices")
+    tensors = [t for t in indices if t is not None]
+    if not tensors or any(not is_tensor(t) or t.dtype not in INDEX_DTYPES or t.device != a.device
+                          or tuple(t.shape) != tuple(tensors[0].shape) for t in tensors):
+        raise PrimContractError(f"prims.{name}: indices are None or int64/int32 tensors of one "
+                                f"shape on a's device, at least one")
+    return (*indices, *(None,) * (a.ndim - len(indices)))
+
+
+def advanced_index_shape(shape, indices) -> tuple:
+    """The shape of a[indices] (ATen's rule): the index shape replaces the indexed dims where
+    they are adjacent, else goes first, followed by the other dims in order."""
+    defined = [d for d, t in enumerate(indices) if t is not None]
+    rest = [shape[d] for d, t in enumerate(indices) if t is None]
+    b = tuple(indices[defined[0]].shape)
+    at = defined[0] if defined == list(range(defined[0], defined[-1] + 1)) else 0
+    return (*rest[:at], *b, *rest[at:])
+
+
+def _index_meta(a, indices):
+    """ATen's index: the result's strides are TensorIterator's over the input restrided (the
+    indexed dims moved to the front when not adjacent, then replaced by stride-0 dims of the
+    index shape) and the index tensors reshaped to broadcast against it (their size-1 dims'
+    strides are reshape's: they break ties). Checked against eager on random layouts."""
+    indices = _advanced("index", a, indices)
+    defined = [d for d, t in enumerate(indices) if t is not None]
+    order = list(range(a.ndim))
+    if defined != list(range(defined[0], defined[-1] + 1)):
+        order = defined + [d for d in order if d not in defined]
+    before = order.index(defined[0])
+    after = a.ndim - before - len(defined)
+    shape = advanced_index_shape(tuple(a.shape), indices)
+    b = tuple(indices[defined[0]].shape)
+    strides = [a.stride()[d] for d in order]
+    operands = [(*strides[:before], *(0,) * len(b), *strides[before + len(defined):])]
+    for d in defined:
+        t = indices[d]
+        view = torch.empty_strided(b, tuple(t.stride()), device="meta").reshape(
+            (1,) * before + b + (1,) * after)
+        operands.append(tuple(0 if n == 1 and o != 1 else st
+                              for n, st, o in zip(view.shape, view.stride(), shape)))
+    return TensorSpec(shape, a.dtype, a.device, elementwise_strides(shape, operands))
+
+
+def _index_impl(a, indices):
+    return torch.ops.aten.index.Tensor(a, list(indices))
+
+
+index = _prim(
+    "index", _index_meta, _index_impl,
+    "a[indices] for a tuple of None (the dim kept) and integer tensors of one shape (torch's "
+    "advanced indexing, aten.index): negative indices count from the end; a new tensor, laid "
+    "out as eager's.")
+
+
+def _index_put_meta(a, indices, values, accumulate=False):
+    indices = _advanced("index_put", a, indices)
+    if not is_tensor(values) or values.dtype != a.dtype or values.device != a.device or (
+            tuple(values.shape) != advanced_index_shape(tuple(a.shape), indices)):
+        raise PrimContractError("prims.index_put: values must be a tensor of a's dtype, of the "
+                                "shape of a[indices]")
+    if type(accumulate) is not bool:
+        raise PrimContractError("prims.index_put: accumulate must be a bool")
+    shape = tuple(a.shape)
+    return TensorSpec(shape, a.dtype, a.device, elementwise_strides(shape, [tuple(a.stride())])
+                      if a.ndim else dense_strides(shape))
+
+
+index_put = _prim(
+    "index_put", _index_put_meta,
+    lambda a, indices, values, accumulate=False: torch.ops.aten.index_put(a, list(indices), values,
+                                                                 accumulate),
+    "A copy of `a` (its memory order kept) with `values` written at a[indices] (added where "
+    "accumulate); the indices as prims.index takes them.")
+
+
 # --- writes ----------------------------------------------------------------------------------
 SCATTER_REDUCTIONS = (None, "sum", "prod", "mean", "amax", "amin")
 
@@ -172,6 +254,6 @@ check_indices = Symbol(
     doc="Raise eager's IndexError for a tensor index outside [-size, size): indexing's check "
         "of its indices, which are data.")
 
-PRIMS = {s.name: s for s in (index_select, gather, take, scatter, index_add, index_copy,
-                             index_fill, check_targets, check_indices)}
+PRIMS = {s.name: s for s in (index_select, gather, take, index, scatter, index_add, index_copy,
+                             index_fill, index_put, check_targets, check_indices)}
 __all__ = list(PRIMS)

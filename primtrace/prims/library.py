@@ -1,4 +1,4 @@
-"""Library prims: convolution and pooling, each run by torch's own CPU kernel.
+"""Library prims: convolution, pooling and grouped_mm, each run by torch's own CPU kernel.
 
 Like a BLAS call, a library prim is one opaque kernel: no Numba row, never fused; the
 elementwise epilogue after it (bias + relu) fuses on its own. What makes it a prim rather
@@ -51,7 +51,8 @@ from primtrace.ir.strides import contiguous_strides, matches_dense
 from primtrace.ir.symbol import Symbol, SymbolKind
 from primtrace.prims.meta import PrimContractError, is_tensor
 
-__all__ = ["convolution", "max_pool", "avg_pool", "adaptive_avg_pool", "adaptive_max_pool"]
+__all__ = ["convolution", "max_pool", "avg_pool", "adaptive_avg_pool", "adaptive_max_pool",
+           "grouped_mm"]
 
 _FLOATS = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
 _INTS = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
@@ -518,6 +519,53 @@ _ADAPTIVE_MAX = {1: lambda x, o: torch.adaptive_max_pool1d(x, o)[0],
                  3: lambda x, o: torch._C._nn.adaptive_max_pool3d(x, o)[0]}
 
 
+# --- grouped matrix products ---------------------------------------------------------------------
+def grouped_mm_shape(a_shape, b_shape, offs_shape):
+    """The result shape of torch._grouped_mm by the ranks of its operands (offs, a 1-d tensor
+    of G offsets, split the dim the groups share), or None for a combination it does not take:
+    (M, K) x (G, K, N) with offs over M -> (M, N); (G, M, K) x (K, N) with offs over N ->
+    (M, N); (M, K) x (K, N) with offs over K -> (G, M, N); (G, M, K) x (G, K, N) without
+    offs -> (G, M, N)."""
+    ranks = (len(a_shape), len(b_shape))
+    if offs_shape is None:
+        return (a_shape[0], a_shape[1], b_shape[2]) if ranks == (3, 3) else None
+    if len(offs_shape) != 1:
+        return None
+    if ranks == (2, 3):
+        return (a_shape[0], b_shape[2])
+    if ranks == (3, 2):
+        return (a_shape[1], b_shape[1])
+    if ranks == (2, 2):
+        return (offs_shape[0], a_shape[0], b_shape[1])
+    return None
+
+
+def _grouped_mm_meta(a, b, offs=None, bias=None, out_dtype=None):
+    """Shape and dtype only, no checks of eager's: eager's CPU kernel (torch's own, the
+    impl) raises its errors when the trace runs (its meta function refuses float32, which
+    the kernel takes: why this is a prim). The result is contiguous, as the kernel makes it
+    (measured on every operand layout it takes)."""
+    if not (is_tensor(a) and is_tensor(b)) or (offs is not None and not is_tensor(offs)):
+        raise PrimContractError("prims.grouped_mm: tensors a and b, offs a tensor or None")
+    if bias is not None or (out_dtype is not None and not isinstance(out_dtype, torch.dtype)):
+        raise PrimContractError("prims.grouped_mm: no bias; out_dtype a dtype or None")
+    shape = grouped_mm_shape(tuple(a.shape), tuple(b.shape),
+                             None if offs is None else tuple(offs.shape))
+    if shape is None:
+        raise PrimContractError("prims.grouped_mm: operands of ranks 2 or 3 with a 1-d offs "
+                                "where the ranks need one")
+    return TensorSpec(shape, out_dtype or a.dtype, a.device, contiguous_strides(shape))
+
+
+grouped_mm = Symbol(
+    "grouped_mm", kind=SymbolKind.PRIM, meta=_grouped_mm_meta,
+    impl=lambda a, b, offs=None, bias=None, out_dtype=None: torch._grouped_mm(
+        a, b, offs=offs, bias=bias, out_dtype=out_dtype),
+    tags=frozenset({"library"}), module="prims",
+    doc="torch._grouped_mm (F.grouped_mm): matrix products of groups of rows, columns or "
+        "inner dims split at offs, or of batches; torch's kernel.")
+
+
 def _prim(name, meta, impl, doc):
     return Symbol(name, kind=SymbolKind.PRIM, meta=meta, impl=impl, tags=frozenset({"library"}),
                   module="prims", doc=doc)
@@ -546,4 +594,5 @@ adaptive_max_pool = _prim(
     "The max over adaptive windows giving output_size (1-3 spatial dims; values only): "
     "torch's adaptive_max_pool<n>d.")
 
-PRIMS = {s.name: s for s in (convolution, max_pool, avg_pool, adaptive_avg_pool, adaptive_max_pool)}
+PRIMS = {s.name: s for s in (convolution, max_pool, avg_pool, adaptive_avg_pool, adaptive_max_pool,
+                              grouped_mm)}

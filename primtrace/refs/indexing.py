@@ -12,7 +12,8 @@ import torch
 
 from primtrace import dtypes, prims
 from primtrace.refs.core import broadcast, broadcast_shapes, exports, is_number, is_tensor, ref
-from primtrace.refs.creation import check_fits
+from primtrace.prims.indexing import advanced_index_shape
+from primtrace.refs.creation import check_fits, filled
 from primtrace.refs.products import declines_out, kernel_scalar, no_out, require_tensors
 from primtrace.refs.reductions import wrap_dim
 from primtrace.refs.scalars import concrete, type_name
@@ -328,6 +329,89 @@ def index_fill(input, dim, index, value):
     return prims.index_fill(input, d, index, kernel_scalar(value, input.dtype))
 
 
+# --- advanced indexing: x[i, :, j] and x[i, :, j] = v ---------------------------------------------
+def _index_tuple(input, indices):
+    """`indices` (None or an integer tensor per dim of input) checked and broadcast to one
+    shape, as eager's index and index_put take them."""
+    tensors = [t for t in indices if t is not None]
+    for t in tensors:
+        if t.dtype not in INDEX_DTYPES:
+            raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
+    try:
+        shape = broadcast_shapes(*(_shape(t) for t in tensors))
+    except RuntimeError:
+        raise IndexError("shape mismatch: indexing tensors could not be broadcast together with "
+                         "shapes " + ", ".join(str(list(t.shape)) for t in tensors)) from None
+    return tuple(None if t is None else broadcast(t, shape) for t in indices)
+
+
+def advanced_index(input, indices):
+    """input[indices] for a list of None and integer tensors per dim (the tensor items of an
+    index, after refs.slicing.apply_slicing): eager's result layout; the kernel checks the
+    index values' bounds (eager's IndexError) and counts negative ones from the end."""
+    return prims.index(input, _index_tuple(input, indices))
+
+
+def _setitem_declines(self, index, value) -> bool:
+    from primtrace.refs.slicing import indexable
+    return not indexable(self, index) or (is_tensor(value) and is_tensor(self) and (
+        value.device != self.device))
+
+
+@ref(name="__setitem__", declines=_setitem_declines)
+def _setitem(self, index, value):
+    """Tensor.__setitem__ as eager: the basic items give a view of self (refs.slicing), into
+    which `value` is copied (cast to self's dtype, leading size-1 dims dropped, broadcast);
+    with integer tensors among the items, index_put writes value (of self's dtype) at them in
+    the view. A number converts to self's dtype as fill_ converts it (overflow is an error)."""
+    from primtrace.refs.slicing import apply_slicing, index_items
+    from primtrace.refs.writes import copy_
+    require_tensors("__setitem__", self=self)
+    view, indices, _ = apply_slicing(self, index_items(index, self.device))
+    if is_number(value) or (is_tensor(value) and not indices):
+        value = filled((), value, self.dtype, self.device) if is_number(value) else value
+    elif not is_tensor(value):
+        raise TypeError(f"can't assign a {type_name(value)} to a {_tensor_type(self)}")
+    leading = 0
+    while leading < value.ndim and value.shape[leading] == 1:
+        leading += 1
+    if leading:   # eager's slicePrefix1sSize
+        value = prims.squeeze(value, tuple(range(leading)))
+    if not indices:
+        if _shape(value) != _shape(view):   # eager's expand_inplace, with expand's errors
+            from primtrace.refs.views import expand
+            value = expand(value, _shape(view))
+        copy_(view, value)
+        return None
+    if value.dtype != self.dtype:
+        raise RuntimeError(f"Index put requires the source and destination dtypes match, got "
+                           f"{dtypes.scalar_type_name(self.dtype)} for the destination and "
+                           f"{dtypes.scalar_type_name(value.dtype)} for the source.")
+    indices = _index_tuple(view, indices)
+    shape = advanced_index_shape(
+        _shape(view), (*indices, *(None,) * (view.ndim - len(indices))))
+    try:
+        target = broadcast_shapes(_shape(value), shape)
+    except RuntimeError:
+        target = None
+    if target != shape:
+        raise RuntimeError(f"shape mismatch: value tensor of shape {list(value.shape)} cannot be "
+                           f"broadcast to indexing result of shape {list(shape)}")
+    if _shape(value) != shape:   # a 0-d value too (refs.core.broadcast keeps it a scalar)
+        value = prims.broadcast_in_dim(value, shape, tuple(range(len(shape) - value.ndim,
+                                                                 len(shape))))
+    prims.copy_to(view, prims.index_put(view, indices, value, False))
+    return None
+
+
+def _tensor_type(t) -> str:
+    name = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
+            torch.bfloat16: "BFloat16", torch.int64: "Long", torch.int32: "Int",
+            torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
+            torch.bool: "Bool"}.get(t.dtype, dtypes.scalar_type_name(t.dtype))
+    return f"torch.{name}Tensor"
+
+
 # --- torch.embedding: F.embedding's kernel, weight first ---------------------------------------
 @ref
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
@@ -339,3 +423,5 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
 
 
 __all__ = exports(globals())
+globals()["__setitem__"] = _setitem   # Tensor.__setitem__ is found by its own name
+__all__.append("__setitem__")

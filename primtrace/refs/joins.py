@@ -421,17 +421,73 @@ def constant_pad_nd(input, pad, value=0):
     return written(new, prims.slice(new, tuple(starts), tuple(stops), (1,) * ndim), cropped)
 
 
+_GATHER_MODES = ("reflect", "replicate", "circular")
+
+
 def _pad_declines(input, pad, mode="constant", value=None) -> bool:
-    return mode != "constant"
+    """Besides "constant": reflect, replicate and circular padding of 1-3 trailing dims by
+    non-negative amounts in the combinations eager supports, with a contiguous result (not
+    a reflected or replicated channels_last input, whose layout eager keeps); the rest, and
+    every call eager refuses but circular wrapping more than once, is torch's."""
+    if mode == "constant":
+        return False
+    if mode not in _GATHER_MODES or not is_tensor(input) or value is not None:
+        return True
+    try:
+        pad = tuple(int(p) for p in pad)
+    except TypeError:
+        return True
+    k = len(pad) // 2
+    if len(pad) % 2 or k not in (1, 2, 3) or input.ndim not in (k + 1, k + 2) or builtins.any(
+            p < 0 for p in pad):
+        return True
+    padded = tuple(input.shape[-k:])
+    if mode == "circular":
+        return input.ndim - k not in (1, 2)
+    return (input.dtype is torch.bool or builtins.any(n == 0 for n in input.shape[-k - 1:])
+            or (mode == "reflect" and builtins.any(
+                p >= n for i, n in enumerate(reversed(padded)) for p in pad[2 * i:2 * i + 2]))
+            or (input.ndim in (4, 5) and suggest_memory_format(input) != torch.contiguous_format))
+
+
+def _source_positions(mode, n, left, right) -> list:
+    """For each position of a dim of size n padded by (left, right), the input position it
+    copies: reflected about the edges (not repeating them), the edge repeated, or wrapped."""
+    positions = []
+    for j in range(-left, n + right):
+        if mode == "reflect":
+            j = -j if j < 0 else 2 * (n - 1) - j if j >= n else j
+        elif mode == "replicate":
+            j = builtins.min(builtins.max(j, 0), n - 1)
+        else:
+            j %= n
+        positions.append(j)
+    return positions
 
 
 @ref(declines=_pad_declines)
 def pad(input, pad, mode="constant", value=None):
-    """torch.nn.functional.pad in "constant" mode: constant_pad_nd (the other modes are
-    torch's). Found for F.pad through the refs fallback of mapping.REF_MODULES."""
-    if mode != "constant":
-        raise NotImplementedError(f"primtrace: pad mode {mode!r} has no ref; torch makes it")
+    """torch.nn.functional.pad: "constant" is constant_pad_nd; "reflect", "replicate" and
+    "circular" gather each padded dim at the input positions its elements copy (a new
+    contiguous tensor, as eager's kernels make). Found for F.pad through the refs fallback of
+    mapping.REF_MODULES."""
     require_tensor("pad", input)
+    if mode != "constant":
+        if _pad_declines(input, pad, mode, value):
+            raise NotImplementedError(f"primtrace: this pad in mode {mode!r} has no ref; torch "
+                                      f"makes it")
+        x, pad = input, tuple(int(p) for p in pad)
+        for i in range(len(pad) // 2):
+            d, n = input.ndim - 1 - i, input.shape[input.ndim - 1 - i]
+            if mode == "circular" and (pad[2 * i] > n or pad[2 * i + 1] > n):
+                raise RuntimeError("Padding value causes wrapping around more than once.")
+            positions = _source_positions(mode, n, pad[2 * i], pad[2 * i + 1])
+            with torch._C.DisableTorchFunction():   # a constant of the trace
+                index = torch.tensor(positions, dtype=torch.int64, device=input.device)
+            x = prims.index_select(x, d, index) if n else prims.full(
+                (*x.shape[:d], len(positions), *x.shape[d + 1:]), 0, dtype=x.dtype,
+                device=x.device)
+        return x
     if len(pad) > 2 * input.ndim:
         raise RuntimeError(f"Padding length should be less than or equal to two times the input "
                            f"dimension but got padding length {len(pad)} and input of dimension "

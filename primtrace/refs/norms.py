@@ -1,5 +1,6 @@
-"""Norm-like refs of the torch namespace: logsumexp, norm (torch.norm, Tensor.norm) and
-renorm, over the linalg norms (``refs.linalg``) and the reduction prims.
+"""Norm-like refs of the torch namespace: logsumexp, norm (torch.norm, Tensor.norm),
+renorm and _weight_norm (nn.utils.weight_norm's), over the linalg norms (``refs.linalg``)
+and the reduction prims.
 
 logsumexp is eager's stable formula: m = amax(x) (0 where infinite), log(sum(exp(x - m)))
 + m, computed in the opmath dtype and rounded once; integer and bool inputs give the
@@ -8,6 +9,8 @@ default float dtype; an empty reduction is log(0) = -inf. Complex inputs are dec
 from __future__ import annotations
 
 import math
+
+import torch
 
 from primtrace import dtypes, prims
 from primtrace.refs import linalg as L
@@ -128,4 +131,39 @@ def native_group_norm(input, weight, bias, N, C, HxW, group, eps):
     return y, maybe_convert(mean, input.dtype), maybe_convert(rstd, input.dtype)
 
 
+# --- torch._weight_norm ---------------------------------------------------------------------------
+def _weight_norm_declines(v, g, dim=0) -> bool:
+    return not (is_tensor(v) and is_tensor(g)) or v.dtype.is_complex or g.dtype.is_complex or (
+        v.device != g.device)
+
+
+@ref(name="_weight_norm", declines=_weight_norm_declines)
+def _weight_norm_ref(v, g, dim=0):
+    """torch._weight_norm: v * (g / the 2-norm of v over every dim but `dim`; dim=-1: over all
+    of v). As eager: for dim 0 or the last, without float16 operands, its fused kernel, which
+    computes in the opmath dtype (float32 for bfloat16) and rounds once (g of v's dtype; other
+    dtypes are left to torch); otherwise ``v * (g / norm_except_dim(v, 2, dim))`` in the
+    operands' dtypes. v and g are read contiguous, as eager reads them."""
+    from primtrace import refs
+    from primtrace.refs.shape_args import as_int
+    d = as_int("_weight_norm", "dim", dim, 3)
+    v, g = refs.contiguous(v), refs.contiguous(g)
+    if d == -1:
+        return refs.mul(v, refs.div(g, L.vector_norm(v)))
+    d = wrap_dim(d, v.ndim)
+    dims = tuple(i for i in range(v.ndim) if i != d)
+    fused = (d in (0, v.ndim - 1) and torch.float16 not in (v.dtype, g.dtype))
+    if not fused:
+        return refs.mul(v, refs.div(g, L.vector_norm(v, 2, dims, True)))
+    if g.dtype != v.dtype:
+        raise NotImplementedError("primtrace: _weight_norm's fused kernel of mixed dtypes has no "
+                                  "ref; torch runs it")
+    acc = dtypes.opmath(v.dtype)
+    vf, gf = maybe_convert(v, acc), maybe_convert(g, acc)
+    norm = prims.sqrt(keep_dims(prims.sum(prims.mul(vf, vf), dims), vf, dims, True))
+    return maybe_convert(refs.mul(vf, refs.div(gf, norm)), v.dtype)
+
+
 __all__ = exports(globals())
+globals()["_weight_norm"] = _weight_norm_ref   # torch._weight_norm is found by its own name
+__all__.append("_weight_norm")

@@ -408,4 +408,24 @@ def cross(input, other, dim=None, *, out=None):
     return cross_product("linalg.cross", input, other, dim)
 
 
+
+# --- torch._grouped_mm (F.grouped_mm) -------------------------------------------------------------
+def _grouped_mm_declines(mat_a, mat_b, offs=None, bias=None, out_dtype=None) -> bool:
+    from primtrace.prims.library import grouped_mm_shape
+    return not (is_tensor(mat_a) and is_tensor(mat_b)) or bias is not None or (
+        offs is not None and not is_tensor(offs)) or grouped_mm_shape(
+        tuple(mat_a.shape), tuple(mat_b.shape), None if offs is None else tuple(offs.shape)) is None
+
+
+@ref(name="_grouped_mm", declines=_grouped_mm_declines)
+def _grouped_mm_ref(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
+    """torch._grouped_mm, which F.grouped_mm calls (Mixtral's experts): prims.grouped_mm,
+    torch's kernel, whose errors (dtypes, strides, offsets) it raises when the trace runs."""
+    if _grouped_mm_declines(mat_a, mat_b, offs, bias, out_dtype):
+        raise NotImplementedError("primtrace: this _grouped_mm call has no ref; torch runs it")
+    return prims.grouped_mm(mat_a, mat_b, offs, None, out_dtype)
+
+
 __all__ = exports(globals())
+globals()["_grouped_mm"] = _grouped_mm_ref   # torch._grouped_mm is found by its own name
+__all__.append("_grouped_mm")

@@ -238,7 +238,7 @@ def _with_mean(input, dims, correction, keepdim, *, root):
 
 
 # --- amax, amin ----------------------------------------------------------------------------------
-def _extreme(name, prim, input, dim, keepdim):
+def extreme(name, prim, input, dim, keepdim):
     _require_tensor(name, input)
     if input.numel() == 0 and (dim is None or (isinstance(dim, (tuple, list)) and not dim)):
         raise RuntimeError(
@@ -257,14 +257,14 @@ def _extreme(name, prim, input, dim, keepdim):
 def amax(input, dim=(), keepdim=False):
     """The largest value over `dim` (all dims for ()); NaN propagates; an empty reduction
     raises."""
-    return _extreme("amax", prims.amax, input, dim, keepdim)
+    return extreme("amax", prims.amax, input, dim, keepdim)
 
 
 @ref
 def amin(input, dim=(), keepdim=False):
     """The smallest value over `dim` (all dims for ()); NaN propagates; an empty reduction
     raises."""
-    return _extreme("amin", prims.amin, input, dim, keepdim)
+    return extreme("amin", prims.amin, input, dim, keepdim)
 
 
 # --- all, any, count_nonzero ---------------------------------------------------------------------

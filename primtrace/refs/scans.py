@@ -1,6 +1,7 @@
 """Scans and positions: cumsum, cumprod (eager's dtype rules: bool and integers scan in
-int64 unless ``dtype=``), argmax, argmin (``dim=None``: the flattened input) and bucketize
-(the bucket of each value among sorted boundaries).
+int64 unless ``dtype=``), argmax, argmin (``dim=None``: the flattened input), max and min
+(their three forms: amax/amin, maximum/minimum, values and indices along a dim) and bucketize
+(the bucket of each value among sorted boundaries). max and min shadow the builtins here.
 
 cumsum, cumprod, argmax and argmin are one prim each (torch's scan and index reductions);
 bucketize counts boundaries with a comparison and a sum, with eager's NaN ordering (a NaN
@@ -106,6 +107,54 @@ def argmin(input, dim=None, keepdim=False, *, out=None):
     """The int64 index of the smallest value along dim (of the flattened input for None)."""
     no_out("argmin", out)
     return _arg("argmin", prims.argmin, input, dim, keepdim)
+
+
+# --- max, min: the reduction, the values and indices along a dim, the elementwise form -----------
+def _min_max_declines(input, dim=None, keepdim=False, *, other=None, out=None):
+    return out is not None or isinstance(dim, str)   # out=, named dims: torch runs them
+
+
+def _min_max(name, input, dim, keepdim):
+    """torch.max/min's three forms: (input) the extreme of every element, 0-d; (input, other)
+    the elementwise maximum/minimum; (input, dim, keepdim) the values and their indices along
+    dim (the first on ties and of NaNs, as argmax), a torch.return_types.max/min."""
+    from primtrace.refs import binary, reductions
+    require_tensors(name, input=input)
+    if is_tensor(dim):
+        return (binary.maximum if name == "max" else binary.minimum)(input, dim)
+    if dim is None:
+        if keepdim is not False:
+            raise TypeError(f"{name}() received an invalid combination of arguments")
+        if input.dtype.is_complex:
+            raise NotImplementedError(f'"{name}_all" not implemented for '
+                                      f"'{dtypes.scalar_type_name(input.dtype)}'")
+        return reductions.extreme(name, prims.amax if name == "max" else prims.amin, input,
+                                  None, False)
+    d = _dim(name, dim, input.ndim)
+    if input.dtype.is_complex:
+        raise RuntimeError(f"{name}(): does not support complex input")
+    if input.ndim and input.shape[d] == 0:
+        raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
+    values = reductions.extreme(name, prims.amax if name == "max" else prims.amin, input,
+                                 (d,), bool(keepdim))
+    ranked = maybe_convert(input, torch.uint8) if input.dtype is torch.bool else input
+    indices = _arg(f"arg{name}", prims.argmax if name == "max" else prims.argmin, ranked, d,
+                   bool(keepdim))
+    return getattr(torch.return_types, name)((values, indices))
+
+
+@ref(declines=_min_max_declines)
+def max(input, dim=None, keepdim=False, *, other=None, out=None):
+    """torch.max: of every element, elementwise with a tensor `other`, or (values, indices)
+    along dim."""
+    return _min_max("max", input, dim if other is None else other, keepdim)
+
+
+@ref(declines=_min_max_declines)
+def min(input, dim=None, keepdim=False, *, other=None, out=None):
+    """torch.min: of every element, elementwise with a tensor `other`, or (values, indices)
+    along dim."""
+    return _min_max("min", input, dim if other is None else other, keepdim)
 
 
 # --- bucketize -------------------------------------------------------------------------------

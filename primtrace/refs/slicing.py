@@ -8,7 +8,6 @@ Every result is a view with eager's strides (``prims.slice``, ``prims.squeeze``,
 from __future__ import annotations
 
 import builtins
-import math
 import operator
 
 import torch
@@ -16,7 +15,7 @@ import torch
 from primtrace import prims
 from primtrace.ir.strides import contiguous_strides
 from primtrace.refs import views as _views
-from primtrace.refs.core import broadcast, broadcast_shapes, exports, is_tensor, maybe_convert, ref
+from primtrace.refs.core import exports, is_tensor, ref
 from primtrace.refs.creation import filled
 from primtrace.refs.shape_args import SEQUENCE, as_int, int_list, named, require_tensor, wrap
 
@@ -209,7 +208,7 @@ vsplit = _directional_split("vsplit", 2, lambda ndim: 0)
 dsplit = _directional_split("dsplit", 3, lambda ndim: 2)
 
 
-# --- basic indexing ------------------------------------------------------------------------------
+# --- indexing: basic (views) and advanced (integer tensors) ------------------------------------
 def _basic(index) -> bool:
     items = index if type(index) is tuple else (index,)
     for i in items:
@@ -222,51 +221,67 @@ def _basic(index) -> bool:
 
 
 def _rows_index(input, index) -> bool:
-    """x[i] with one integer tensor of one or more dims on a row-major x: rows gathered by
-    index_select (other tensor indices, bool masks among them, are left to torch)."""
+    """x[i] with one integer tensor of one or more dims on a row-major x with rows: rows
+    gathered by index_select (other integer indices: prims.index, the kernel eager runs)."""
     return (is_tensor(index) and index.ndim > 0 and index.dtype in (torch.int32, torch.int64)
-            and index.device == input.device and input.ndim > 0
+            and index.device == input.device and input.ndim > 0 and input.shape[0] > 0
             and tuple(input.stride()) == contiguous_strides(tuple(input.shape)))
 
 
-def _leading_tensors_index(input, index) -> bool:
-    """x[i, j, ...] with only integer tensors (one per leading dim, at least two): elements
-    gathered at the broadcast indices (transformers' ``padding_mask[batch_idx, kv_idx]``).
-    Bool masks, 0-dim tensors (eager reads them as ints: a view), tensors mixed with slices
-    or ints, and other devices are left to torch."""
-    return (type(index) is tuple and 2 <= len(index) <= getattr(input, "ndim", 0)
-            and builtins.all(is_tensor(i) and i.dtype in (torch.int32, torch.int64)
-                             and i.ndim > 0 and i.device == input.device for i in index))
+def _int_list(v) -> bool:
+    """A (nested) list of ints, which eager's index reads as an integer tensor."""
+    return type(v) is list and all(type(i) is int or _int_list(i) for i in v)
 
 
-def _gather_leading(input, index):
-    """input[i0, i1, ..., ik-1]: the flat position of each broadcast index tuple over the k
-    leading dims, selected from input viewed as (n0 * ... * nk-1, *rest): eager's result,
-    of shape broadcast(index shapes) + rest, row-major."""
-    k = len(index)
-    sizes, rest = tuple(input.shape[:k]), tuple(input.shape[k:])
-    try:
-        shape = broadcast_shapes(*(tuple(i.shape) for i in index))
-    except RuntimeError:
-        raise IndexError("shape mismatch: indexing tensors could not be broadcast together "
-                         "with shapes " + ", ".join(str(list(i.shape)) for i in index)) from None
-    flat = None
-    for dim, (i, n) in enumerate(zip(index, sizes)):
-        prims.check_indices(i, n, dim)
-        i = maybe_convert(i, torch.int64)
-        i = broadcast(prims.where(prims.lt(i, 0), prims.add(i, n), i), shape)
-        flat = i if flat is None else prims.add(prims.mul(flat, n), i)
-    rows = _views.reshape(input, (math.prod(sizes), *rest))
-    return prims.index_select(rows, 0, flat)
+def index_items(index, device=None):
+    """The items of an index as eager's indexing reads them (treatSequenceAsTuple): a tuple's
+    items; a list of ints is one int64 tensor, as is a (nested) list of ints in a tuple, made
+    on `device` (None: only checked); a list holding anything else (sequences, tensors,
+    slices, None, ...: eager's deprecated reading as a tuple, or a mask) gives None, left to
+    torch."""
+    if type(index) is list:
+        if not all(type(i) is int for i in index):
+            return None
+        index = (index,)
+    elif type(index) is not tuple:
+        return (index,)
+    if not all(_int_list(i) or type(i) is not list for i in index):
+        return None
+    if device is None:
+        return index
+    with torch._C.DisableTorchFunction():   # a constant of the trace, not a user factory
+        return tuple(torch.tensor(i, dtype=torch.int64, device=device) if type(i) is list else i
+                     for i in index)
+
+
+def _advanced_item(input, i) -> bool:
+    """An integer tensor of one or more dims on input's device (bool and byte masks, 0-d
+    tensors, which eager reads as ints, and indices on other devices are left to torch)."""
+    return (is_tensor(i) and i.ndim > 0 and i.dtype in (torch.int32, torch.int64)
+            and i.device == input.device)
+
+
+def indexable(input, index) -> bool:
+    """Whether the refs compute input[index]: ints, slices, None, ..., integer tensors."""
+    items = index_items(index)
+    if items is None or not is_tensor(input):
+        return False
+    for i in items:
+        if type(i) is builtins.slice:
+            if builtins.any(is_tensor(v) for v in (i.start, i.stop, i.step)):
+                return False
+        elif is_tensor(i):
+            if not _advanced_item(input, i):
+                return False
+        elif type(i) is list:   # a list of ints, made a tensor
+            continue
+        elif not _basic(i):
+            return False
+    return True
 
 
 def _getitem_declines(input, index) -> bool:
-    if _rows_index(input, index) or _leading_tensors_index(input, index):
-        return False
-    items = index if type(index) is tuple else (index,)
-    return not _basic(index) or builtins.any(
-        type(i) is builtins.slice and builtins.any(is_tensor(v) for v in (i.start, i.stop, i.step))
-        for i in items)
+    return not (_rows_index(input, index) or indexable(input, index))
 
 
 def _slice_bounds(s, n):
@@ -280,33 +295,23 @@ def _slice_bounds(s, n):
     return start, stop, step
 
 
-@ref(name="__getitem__", declines=_getitem_declines)
-def _getitem(input, index):
-    """Tensor.__getitem__ with ints, slices (positive steps), None and Ellipsis: applied left
-    to right as eager does (select, slice, unsqueeze), always a view. One integer tensor
-    on a row-major tensor gathers rows, integer tensors for the leading dims gather elements
-    (new tensors); other tensor indices are left to torch."""
-    require_tensor("__getitem__", input, "self")
-    if _leading_tensors_index(input, index):
-        return _gather_leading(input, index)
-    if _rows_index(input, index):   # negative indices count from the end, as eager's
-        n = input.shape[0]
-        prims.check_indices(index, n, 0)
-        wrapped = prims.where(prims.lt(index, 0), prims.add(index, n), index)
-        return prims.index_select(input, 0, wrapped)
-    items = index if type(index) is tuple else (index,)
+def apply_slicing(input, items):
+    """Eager's applySlicing: ints select, slices slice, None unsqueezes, left to right (views
+    of input); integer tensors stay for advanced indexing. Returns (view, indices, changed):
+    `indices` lists None or the tensor for each dim of the view up to the last tensor."""
     used = builtins.sum(1 for i in items if i is not None and i is not Ellipsis)
     if builtins.sum(1 for i in items if i is Ellipsis) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
     if used > input.ndim:
-        if input.ndim == 0 and len(items) == 1 and not isinstance(items[0], builtins.slice):
+        if input.ndim == 0 and len(items) == 1 and not isinstance(items[0], builtins.slice) \
+                and not is_tensor(items[0]):
             i = operator.index(items[0])
             raise IndexError("invalid index of a 0-dim tensor. Use `tensor.item()` in Python or "
                              "`tensor.item<T>()` in C++ to convert a 0-dim tensor to a number"
                              if i == 0 else
                              f"index {i} is out of bounds for dimension 0 with size 0")
         raise IndexError(f"too many indices for tensor of dimension {input.ndim}")
-    result, dim, changed = input, 0, False
+    result, dim, changed, indices = input, 0, False, []
     for i in items:
         if i is Ellipsis:
             dim += input.ndim - used
@@ -318,11 +323,33 @@ def _getitem(input, index):
             if (start, stop, step) != (0, n, 1):
                 result, changed = slice_dim(result, dim, start, stop, step), True
             dim += 1
+        elif is_tensor(i):
+            indices += [None] * (dim - len(indices)) + [i]
+            dim += 1
         else:
             i, n = operator.index(i), result.shape[dim]
             if not -n <= i < n:
                 raise IndexError(f"index {i} is out of bounds for dimension {dim} with size {n}")
             result, changed = select_dim(result, dim, i % n), True
+    return result, indices, changed
+
+
+@ref(name="__getitem__", declines=_getitem_declines)
+def _getitem(input, index):
+    """Tensor.__getitem__ with ints, slices (positive steps), None, Ellipsis and integer
+    tensors (lists of ints), as eager: the basic items applied left to right as views (select,
+    slice, unsqueeze), always a view; then integer tensors index the view (a new tensor, in
+    eager's layout: refs.indexing.advanced_index). Bool masks are left to torch."""
+    require_tensor("__getitem__", input, "self")
+    if _rows_index(input, index):   # negative indices count from the end, as eager's
+        n = input.shape[0]
+        prims.check_indices(index, n, 0)
+        wrapped = prims.where(prims.lt(index, 0), prims.add(index, n), index)
+        return prims.index_select(input, 0, wrapped)
+    result, indices, changed = apply_slicing(input, index_items(index, input.device))
+    if indices:
+        from primtrace.refs.indexing import advanced_index
+        return advanced_index(result, indices)
     if not changed:   # x[...], x[:]: still a new view, as eager's
         result = prims.slice(result, (0,) * result.ndim, tuple(result.shape), (1,) * result.ndim)
     return result

@@ -366,6 +366,95 @@ def _output_device(func, args, kwargs):
     return getter() if getter is not None else torch.device("cpu")
 
 
+#: the most bytes of stand-in inputs `_real_metadata` allocates (beyond, the meta error stands)
+STAND_IN_BYTES = 64 << 20
+
+
+def _stand_in(x, fill, memo):
+    """A real tensor of proxy `x`'s shape, strides, dtype and device, every element `fill`."""
+    shape, strides = tuple(x.shape), tuple(x.stride())
+    extent = 0 if 0 in shape else 1 + sum((n - 1) * st for n, st in zip(shape, strides))
+    t = torch.full((extent,), fill, dtype=x.dtype, device=x.device).as_strided(shape, strides)
+    if x.requires_grad:
+        with torch.enable_grad():
+            t = t.requires_grad_().clone()
+    memo[x.name] = t
+    return t
+
+
+def _stand_ins(obj, fill, memo):
+    def convert(x):
+        if isinstance(x, TensorProxy):
+            return _stand_in(x, fill, memo)
+        if isinstance(x, NumberProxy):
+            return x._read() if x.python_type in (int, bool) else x.value
+        return x
+    return tree_map(convert, obj)
+
+
+def _spec_of(result):
+    return [(tuple(t.shape), t.dtype, tuple(t.stride()), t.requires_grad)
+            for t in tree_flatten(_plain(result)) if isinstance(t, torch.Tensor)]
+
+
+def _real_metadata(func, target, args, kwargs, memo, display, where, meta_error):
+    """The call's outputs when torch's meta function refuses arguments its kernel takes
+    (F.grouped_mm's meta takes bf16 only; the CPU kernel float32 too): the real kernel run on
+    stand-ins, real tensors of the inputs' shapes, strides, dtypes and devices holding zeros.
+
+    Why real tensors of the same sizes, not smaller ones or a formula: output sizes can depend
+    on every input size, and layouts on strides, in ways only the kernel knows; no per-op table
+    to keep. Values can matter too (an op whose meta refuses because its output size is data,
+    repeat_interleave): the call is run again on ones, and different metadata is a
+    DataDependentError. What neither run shows is caught per call: the node's symbol checks its
+    outputs' shapes and dtypes against the trace's (``_checked_symbol``), so a wrong guess is an
+    error, never a silently wrong result. Where the kernel refuses the stand-ins too, its error
+    is raised (eager's kind). Inputs over STAND_IN_BYTES keep the meta error."""
+    size = sum(x.numel() * x.dtype.itemsize for x in tree_flatten((args, kwargs))
+               if isinstance(x, TensorProxy))
+    if size > STAND_IN_BYTES:
+        meta_error.add_note(f"primtrace: raised by torch's meta function of {display}, {where} "
+                            f"(inputs over {STAND_IN_BYTES >> 20} MiB are not run on stand-ins)")
+        raise meta_error
+    try:
+        result = func(*_stand_ins(args, 0, memo), **_stand_ins(kwargs, 0, memo))
+    except Exception as e:
+        # the kernel refuses these arguments too: its error is eager's (its kind may differ
+        # from the meta function's: NotImplementedError for a dtype the kernel lacks)
+        e.add_note(f"primtrace: raised while computing the metadata of {display} on "
+                   f"zero-filled inputs, {where}")
+        raise e from None
+    try:
+        again = func(*_stand_ins(args, 1, {}), **_stand_ins(kwargs, 1, {}))
+    except Exception:   # ones are not valid values here (indices): the per-call check remains
+        again = result
+    if _spec_of(again) != _spec_of(result):
+        raise DataDependentError(f"{display}: its output shape depends on tensor values, which "
+                                 f"are unknown while tracing\n  {where}") from meta_error
+    return result
+
+
+def _checked_symbol(symbol: Symbol, outputs) -> Symbol:
+    """`symbol` with an impl that checks its tensor outputs have the shapes and dtypes the
+    trace assumed (metadata from `_real_metadata`'s stand-ins, which values may change)."""
+    expected = [(tuple(p.shape), p.dtype) for p in tree_flatten(outputs)
+                if isinstance(p, TensorProxy)]
+    impl, name = symbol.impl, symbol.qualname
+
+    def checked(*args, **kwargs):
+        result = impl(*args, **kwargs)
+        got = [(tuple(t.shape), t.dtype) for t in tree_flatten(_plain(result))
+               if isinstance(t, torch.Tensor)]
+        if got != expected:
+            raise RuntimeError(f"primtrace: {name} returned {got} where the trace assumed "
+                               f"{expected}: torch's meta function refused its arguments, and "
+                               f"the metadata was taken from a run on zero-filled inputs; this "
+                               f"op's outputs depend on input values and it cannot be traced")
+        return result
+    return Symbol(symbol.name, kind=symbol.kind, impl=checked, module=symbol.module,
+                  tags=symbol.tags, doc=symbol.doc, torch_function=symbol.torch_function)
+
+
 def record_opaque(trace, func, target, args, kwargs):
     """Record a torch call primtrace has no ref for; its metadata comes from meta tensors."""
     display = mapping.display_name(func)
@@ -393,10 +482,11 @@ def record_opaque(trace, func, target, args, kwargs):
         if isinstance(e, NotImplementedError) and "meta" in message:
             raise TracingError(f"cannot trace {display}: torch has no meta implementation to "
                                f"compute its output metadata ({e})\n  {where}") from e
-        # otherwise eager raises the same error on these arguments: keep its type
-        e.add_note(f"primtrace: raised while computing the metadata of {display} on meta "
-                   f"tensors, {where}")
-        raise
+        memo = {}
+        result = _real_metadata(func, target, args, kwargs, memo, display, where, e)
+        checked = True
+    else:
+        checked = False
     finally:
         trace.bypass -= 1
     if mutated is None and not any(isinstance(x, torch.Tensor) for x in tree_flatten(_plain(result))):
@@ -414,8 +504,10 @@ def record_opaque(trace, func, target, args, kwargs):
         outputs = tree_map(to_proxy, result)
         if isinstance(result, tuple) and type(result) is not tuple and not hasattr(result, "_fields"):
             outputs = type(result)(tuple(to_proxy(m) for m in result))  # torch.return_types
-    node = Node(opaque_symbol(func, mutates), tuple(args), dict(kwargs), outputs,
-                source=trace.source_line)
+    symbol = opaque_symbol(func, mutates)
+    if checked:   # metadata from a run on stand-in values: each call checks it (see below)
+        symbol = _checked_symbol(symbol, outputs)
+    node = Node(symbol, tuple(args), dict(kwargs), outputs, source=trace.source_line)
     trace.record(node)
     if isinstance(trace, TracingTrace):
         if mutated is not None:

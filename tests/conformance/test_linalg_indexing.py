@@ -263,6 +263,16 @@ def _arg_samples(spec):
     yield SampleInput((torch.empty(0, 3),), {}, "empty all")
 
 
+def _min_max_samples(spec):
+    """max/min: argmax's samples (the reduction and values with indices along a dim), and
+    the elementwise form with a tensor other."""
+    yield from _arg_samples(spec)
+    for i, dtype in enumerate(ALL_DTYPES):
+        yield SampleInput((t((3, 4), dtype, i), t((4,), dtype, i + 7)), {}, f"{_name(dtype)} other")
+    yield SampleInput((t((3, 4)),), {"other": t((3, 1), torch.float64)}, "other= promotes")
+    yield SampleInput((t((3, 4)), t((3,))), {}, "other mismatch")
+
+
 def _bucketize_samples(spec):
     b = torch.tensor([-1.0, 0.0, 0.5, 2.0])
     for i, dtype in enumerate((torch.int64, torch.float16, torch.float32, torch.float64)):
@@ -472,6 +482,8 @@ SPECS = [
     spec("cumprod", refs.cumprod, torch.cumprod, _scan_samples),
     spec("argmax", refs.argmax, torch.argmax, _arg_samples),
     spec("argmin", refs.argmin, torch.argmin, _arg_samples),
+    spec("max", refs.max, torch.max, _min_max_samples),
+    spec("min", refs.min, torch.min, _min_max_samples),
     spec("bucketize", refs.bucketize, torch.bucketize, _bucketize_samples),
     spec("index_select", refs.index_select, torch.index_select, _index_select_samples),
     spec("gather", refs.gather, torch.gather, _gather_samples),
@@ -523,6 +535,7 @@ TORCH_NAMES = [
     (torch.linalg.norm, RL.norm), (torch.norm, refs.norm), (torch.Tensor.norm, refs.norm),
     (torch.logsumexp, refs.logsumexp), (torch.renorm, refs.renorm), (torch.cumsum, refs.cumsum),
     (torch.Tensor.cumprod, refs.cumprod), (torch.argmax, refs.argmax), (torch.argmin, refs.argmin),
+    (torch.max, refs.max), (torch.Tensor.min, refs.min),
     (torch.bucketize, refs.bucketize), (torch.index_select, refs.index_select),
     (torch.gather, refs.gather), (torch.take, refs.take), (torch.take_along_dim, refs.take_along_dim),
     (torch.scatter, refs.scatter), (torch.scatter_add, refs.scatter_add),

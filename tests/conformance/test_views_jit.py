@@ -84,13 +84,19 @@ def _getitem_setitem(x, v):
     return x[None, ..., 1] + 1
 
 
+def _advanced_setitem(x, v):
+    x.t()[[0, -1], 1:3] = v[:2, :2] * 2   # index_put into a view of the input
+    x[:, [1]] += 1
+    return x[[2, 0]] + x[:, [3, -1]].sum()
+
+
 def _returns_views(x, v):
     return x.t(), x[1], x.view(16), x.reshape(2, 8), x.split(2)
 
 
 CASES = [_view_add, _t_mul, _slice_zero, _select_copy, _squeeze_fill, _read_before_write,
          _view_read_after, _write_then_view, _disjoint_writes, _chained_views, _iterate,
-         _chunk_writes, _getitem_setitem, _returns_views]
+         _chunk_writes, _getitem_setitem, _advanced_setitem, _returns_views]
 EXECUTORS = {"default": None, "fused": [NumbaFusionExecutor(cost_model=False)], "torch": []}
 
 

@@ -5,24 +5,28 @@ Exported by ``refs.nn.functional``: ``torch.conv2d``, ``F.max_pool2d``, ``torch.
 
 What a ref does is eager's argument handling: ints and 1-element lists broadcast to one value
 per spatial dim, ``stride=None`` (or ``[]``) is the kernel size, ``padding='valid'`` is 0 and
-``'same'`` is (dilation * (kernel - 1)) // 2 per side, ``None`` in an adaptive output size is the
+``'same'`` is (dilation * (kernel - 1)) // 2 per side (an even effective kernel: the input
+padded on the right by the extra element first, as eager pads it), ``None`` in an adaptive output size is the
 input's size; then the prim. No type promotion: conv's input, weight and bias must share a
 dtype, as eager requires.
 
 Declined (the tracer leaves these calls to torch, and the ref raises NotImplementedError if
 called): ``return_indices=True``; complex inputs; tensors off the CPU (the meta functions
-follow the CPU kernels' layout rules); ``padding='same'`` that needs uneven padding (an even
-effective kernel: eager pads a copy of the input first); convolutions the prim's meta leaves
+follow the CPU kernels' layout rules); convolutions the prim's meta leaves
 to torch (operands neither contiguous nor channels_last, an input without channels, an empty
 input of mixed dtypes or of the output's shape, a transposed convolution to an empty
-output); max_pool3d of a non-contiguous unbatched input.
+output); max_pool3d of a non-contiguous unbatched input. A non-contiguous conv1d input is not
+declined: it is copied contiguous first, as eager's _convolution copies it.
 """
 from __future__ import annotations
 
 import operator
+import warnings
 
 import torch
 
+from primtrace.ir.proxy import TensorProxy, TensorSpec
+from primtrace.ir.strides import contiguous_strides
 from primtrace.prims import library as L
 from primtrace.prims.meta import PrimContractError
 from primtrace.refs.core import exports, is_tensor, ref
@@ -109,9 +113,7 @@ def _conv_params(fname, nd, input, weight, stride, padding, dilation, output_pad
         elif padding == "same":
             if any(s != 1 for s in stride):
                 raise RuntimeError("padding='same' is not supported for strided convolutions")
-            padding, symmetric = _same_padding(weight, dilation, k)
-            if not symmetric:
-                _declined(fname, "padding='same' with uneven padding")
+            padding, _ = _same_padding(weight, dilation, k)   # left; _conv pads the right
         else:
             raise RuntimeError(f"Invalid padding string: '{padding}'")
     else:
@@ -125,7 +127,7 @@ def _conv_params(fname, nd, input, weight, stride, padding, dilation, output_pad
 
 def _left_to_torch(fname, nd, transposed, input, weight, bias, stride, padding, dilation,
                    groups, output_padding=0) -> bool:
-    """Whether a convolution is declined: complex or non-CPU tensors, uneven 'same' padding,
+    """Whether a convolution is declined: complex or non-CPU tensors,
     or what the prim's meta leaves to torch (PrimContractError: an input without channels, an
     empty one of mixed dtypes or of the output's shape). A call eager refuses is not declined:
     the ref raises eager's error."""
@@ -136,6 +138,9 @@ def _left_to_torch(fname, nd, transposed, input, weight, bias, stride, padding, 
         return False
     try:
         params = _conv_params(fname, nd, input, weight, stride, padding, dilation, output_padding)
+        if nd == 1 and not transposed and not _is_contiguous(input):   # copied (_read_1d)
+            input = TensorProxy("input", TensorSpec(tuple(input.shape), input.dtype, input.device,
+                                                    contiguous_strides(tuple(input.shape))))
         L.convolution.meta(input, weight, bias, *params[:3], transposed, params[3],
                            operator.index(groups))
     except NotImplementedError as e:
@@ -164,12 +169,60 @@ def _conv(fname, nd, input, weight, bias, stride, padding, dilation, groups):
     if bias is not None:
         _tensor(fname, "bias", 3, bias)
     if _left_to_torch(fname, nd, False, input, weight, bias, stride, padding, dilation, groups):
-        _declined(fname, "of complex or non-CPU tensors, uneven 'same' padding, no input "
+        _declined(fname, "of complex or non-CPU tensors, no input "
                          "channels or an empty input of mixed dtypes or the output's shape")
+    same = isinstance(padding, str) and padding == "same"
     stride, padding, dilation, output_padding = _conv_params(fname, nd, input, weight, stride,
                                                              padding, dilation)
+    if same:
+        input = _pad_uneven_same(input, weight, dilation)
+    if nd == 1:
+        input = _read_1d(input)
     return L.convolution(input, weight, bias, stride, padding, dilation, False, output_padding,
                          operator.index(groups))
+
+
+def _is_contiguous(t) -> bool:
+    """torch's is_contiguous: row-major strides on the dims of size > 1 (what .contiguous()
+    returns as is)."""
+    expected = 1
+    for n, stride in reversed(list(zip(t.shape, t.stride()))):
+        if n == 0:
+            return True
+        if n != 1:
+            if stride != expected:
+                return False
+            expected *= n
+    return True
+
+
+def _read_1d(input):
+    """A 1-d convolution's input as eager's _convolution reads it: made contiguous first
+    ("avoid accidentally going through NHWC for permuted 3d input"), so a transposed (N, L, C)
+    view, as Wav2Vec2's positional convolution passes, convolves as its contiguous copy
+    (values and layout, checked against eager on random layouts)."""
+    if _is_contiguous(input):
+        return input
+    from primtrace.refs.conversion import contiguous
+    return contiguous(input)
+
+
+def _pad_uneven_same(input, weight, dilation):
+    """Eager's uneven padding='same' (an even effective kernel): the input padded with zeros
+    by the extra element on the right of each such dim (constant_pad_nd, as eager), then
+    convolved with the left padding on both sides."""
+    nd = weight.ndim - 2
+    pads = _same_padding(weight, dilation, nd)[0]
+    extra = [dilation[i] * (weight.shape[2 + i] - 1) - 2 * pads[i] for i in range(nd)]
+    if not any(extra):
+        return input
+    warnings.warn("Using padding='same' with even kernel lengths and odd dilation may require a "
+                  "zero-padded copy of the input be created", UserWarning, stacklevel=4)
+    from primtrace.refs.joins import constant_pad_nd
+    pad_nd = []
+    for i in reversed(range(nd)):   # the last dim first, as constant_pad_nd takes them
+        pad_nd += [0, extra[i]]
+    return constant_pad_nd(input, pad_nd, 0)
 
 
 def _conv_transpose(fname, nd, input, weight, bias, stride, padding, output_padding, groups,
