@@ -35,7 +35,9 @@ def logsumexp(input, dim, keepdim=False, *, out=None):
     if x.numel() == 0:
         y = prims.log(prims.sum(prims.exp(x), dims))
     elif not dims:
-        y = x  # log(exp(x - m)) + m with m = x: x itself (inf and NaN included)
+        # log(exp(x - m)) + m with m = x: x's values (inf and NaN included), in a new
+        # tensor: a reduction's result never aliases its input
+        y = prims.clone(x)
     else:
         kept = tuple(i for i in range(x.ndim) if i not in dims)
         m = prims.amax(x, dims)
