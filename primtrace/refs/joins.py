@@ -190,9 +190,8 @@ def meshgrid(*tensors, indexing=None):
     for i, t in enumerate(tensors):
         view = tuple(-1 if k == i else 1 for k in range(len(tensors)))
         view = tuple(t.numel() if s == -1 else 1 for s in view)
-        grid = prims.expand(prims.reshape_view(t, view), shape)
-        grids.append(prims.permute(grid, swap(len(shape), 0, 1)) if swap_first else grid)
-    if swap_first:
+        grids.append(prims.expand(prims.reshape_view(t, view), shape))
+    if swap_first:  # eager's "xy": the "ij" grids of (t1, t0, ...), the first two swapped back
         grids[0], grids[1] = grids[1], grids[0]
     return tuple(grids)
 

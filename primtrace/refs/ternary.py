@@ -11,6 +11,7 @@ import torch
 
 from primtrace import dtypes, prims
 from primtrace.ir.strides import contiguous_strides
+from primtrace.refs.conversion import allocated_as_eager
 from primtrace.refs.checks import check_fits, check_out_dtype, not_implemented, without_complex32
 from primtrace.refs.core import (broadcast, broadcast_shapes, elementwise, exact_add, exact_sub,
                                  exports, is_number, is_tensor, maybe_convert, ref, to_tensor)
@@ -223,12 +224,14 @@ def _masked_fill_check(input, mask, value):
 @ref(inplace=True)
 def masked_fill(input, mask, value):
     """`value` where mask is True, else input; the result keeps input's dtype (no promotion)
-    and has the broadcast shape of input and mask."""
+    and has the broadcast shape of input and mask, contiguous (eager fills a contiguous
+    clone)."""
     _masked_fill_check(input, mask, value)
     shape = broadcast_shapes(tuple(input.shape), tuple(mask.shape))
     fill = maybe_convert(value, input.dtype) if is_tensor(value) else to_tensor(
         value, input.dtype, input.device)
-    return prims.where(broadcast(mask, shape), fill, broadcast(input, shape))
+    filled_in = prims.where(broadcast(mask, shape), fill, broadcast(input, shape))
+    return allocated_as_eager(filled_in, torch.contiguous_format)
 
 
 # --- tril, triu: where by position -------------------------------------------------------------

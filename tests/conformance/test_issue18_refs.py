@@ -156,3 +156,146 @@ def test_var_mean_infinities_dtypes(dtype):
                 if e.is_complex():
                     g, e = torch.view_as_real(g), torch.view_as_real(e)
                 _same_values(g, e)
+
+
+# --- 5: output strides are eager's (refs, and jit's executed results) --------------------------
+RF = refs.nn.functional
+
+
+def _layouts():
+    g = torch.Generator().manual_seed(5)
+    r = lambda *shape: torch.randn(*shape, generator=g)  # noqa: E731
+    return {
+        "contiguous": r(2, 3, 4, 5),
+        "transposed": r(5, 4, 3, 2).permute(3, 2, 1, 0),
+        "channels_last": r(2, 3, 4, 5).to(memory_format=torch.channels_last),
+        "sliced": r(4, 3, 8, 10)[::2, :, ::2, ::2],
+        "expanded": r(1, 3, 1, 5).expand(2, 3, 4, 5),
+        "inner_transposed": r(2, 3, 5, 4).transpose(-1, -2),
+        "permuted": r(2, 4, 3, 5).transpose(1, 2),
+        "size_one": r(2, 3, 1, 5).transpose(0, 2),
+    }
+
+
+_BOOL = lambda x: torch.ones(x.shape, dtype=torch.bool)  # noqa: E731
+_C0 = torch.tensor(0.5)
+_STRIDE_OPS = {
+    # name: (eager, ref or None)
+    "neg": (torch.neg, refs.neg),
+    "exp": (torch.exp, refs.exp),
+    "abs": (torch.abs, refs.abs),
+    "sign": (torch.sign, refs.sign),
+    "logical_not": (torch.logical_not, refs.logical_not),
+    "sigmoid": (torch.sigmoid, refs.sigmoid),
+    "nan_to_num": (torch.nan_to_num, refs.nan_to_num),
+    "add_number": (lambda x: x + 1, lambda x: refs.add(x, 1)),
+    "add_0dim": (lambda x: x + _C0, lambda x: refs.add(x, _C0)),
+    "0dim_add": (lambda x: _C0 + x, lambda x: refs.add(_C0, x)),
+    "add_contiguous": (lambda x: x + torch.ones(x.shape), lambda x: refs.add(x, torch.ones(x.shape))),
+    "contiguous_add": (lambda x: torch.ones(x.shape) + x, lambda x: refs.add(torch.ones(x.shape), x)),
+    "add_broadcast": (lambda x: x + torch.ones(5), lambda x: refs.add(x, torch.ones(5))),
+    "mul_self": (lambda x: x * x, lambda x: refs.mul(x, x)),
+    "eq": (lambda x: x == _C0, lambda x: refs.eq(x, _C0)),
+    "pow": (lambda x: x ** 2, lambda x: refs.pow(x, 2)),
+    "where": (lambda x: torch.where(x > 0, x, 0.0), lambda x: refs.where(refs.gt(x, 0), x, 0.0)),
+    "where_contiguous_condition": (lambda x: torch.where(_BOOL(x), x, _C0),
+                                   lambda x: refs.where(_BOOL(x), x, _C0)),
+    "masked_fill": (lambda x: x.masked_fill(x > 0, 0.0),
+                    lambda x: refs.masked_fill(x, refs.gt(x, 0), 0.0)),
+    "masked_fill_0dim": (lambda x: x.masked_fill(x > 0, _C0),
+                         lambda x: refs.masked_fill(x, refs.gt(x, 0), _C0)),
+    "masked_fill_broadcast_mask": (lambda x: x.masked_fill(torch.ones(5, dtype=torch.bool), 0.0),
+                                   lambda x: refs.masked_fill(x, torch.ones(5, dtype=torch.bool), 0.0)),
+    "clamp": (lambda x: x.clamp(-1, 1), lambda x: refs.clamp(x, -1, 1)),
+    "clamp_tensors": (lambda x: x.clamp(torch.zeros(5), torch.ones(5)),
+                      lambda x: refs.clamp(x, torch.zeros(5), torch.ones(5))),
+    "lerp": (lambda x: torch.lerp(x, _C0, 0.5), lambda x: refs.lerp(x, _C0, 0.5)),
+    "addcmul": (lambda x: torch.addcmul(x, x, _C0), lambda x: refs.addcmul(x, x, _C0)),
+    "to_float64": (lambda x: x.to(torch.float64), lambda x: refs.to(x, torch.float64)),
+    "int": (lambda x: x.int(), None),
+    "bool": (lambda x: x.bool(), None),
+    "softmax": (lambda x: F.softmax(x, 1), lambda x: RF.softmax(x, 1)),
+    "softmax_last": (lambda x: torch.softmax(x, -1), lambda x: RF.softmax(x, -1)),
+    "log_softmax": (lambda x: F.log_softmax(x, 1), lambda x: RF.log_softmax(x, 1)),
+    "softmin": (lambda x: F.softmin(x, 1), lambda x: RF.softmin(x, 1)),
+    "layer_norm": (lambda x: F.layer_norm(x, (5,)), lambda x: RF.layer_norm(x, (5,))),
+    "rms_norm": (lambda x: F.rms_norm(x, (5,)), lambda x: RF.rms_norm(x, (5,))),
+    "batch_norm_eval": (lambda x: F.batch_norm(x, torch.zeros(3), torch.ones(3), torch.ones(3),
+                                               torch.zeros(3)),
+                        lambda x: RF.batch_norm(x, torch.zeros(3), torch.ones(3), torch.ones(3),
+                                                torch.zeros(3))),
+    "batch_norm_train": (lambda x: F.batch_norm(x, None, None, training=True),
+                         lambda x: RF.batch_norm(x, None, None, training=True)),
+    "group_norm": (lambda x: F.group_norm(x, 3), lambda x: RF.group_norm(x, 3)),
+    "dropout_eval": (lambda x: F.dropout(x, 0.5, training=False),
+                     lambda x: RF.dropout(x, 0.5, training=False)),
+    "relu": (F.relu, RF.relu),
+    "gelu": (F.gelu, RF.gelu),
+    "hardtanh": (F.hardtanh, RF.hardtanh),
+    "threshold": (lambda x: F.threshold(x, 0.1, 2.0), lambda x: RF.threshold(x, 0.1, 2.0)),
+    "sum_keepdim": (lambda x: x.sum(1, keepdim=True), lambda x: refs.sum(x, 1, keepdim=True)),
+    "cumsum": (lambda x: x.cumsum(1), lambda x: refs.cumsum(x, 1)),
+    "clone": (torch.clone, refs.clone),
+    "zeros_like": (torch.zeros_like, refs.zeros_like),
+    "full_like": (lambda x: torch.full_like(x, 2.0), lambda x: refs.full_like(x, 2.0)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_STRIDE_OPS))
+def test_output_strides_match_eager(name):
+    torch_fn, ref_fn = _STRIDE_OPS[name]
+    jitted = primtrace.jit(torch_fn)
+    for layout, x in _layouts().items():
+        expected = torch_fn(x)
+        if ref_fn is not None:
+            assert ref_fn(x).stride() == expected.stride(), layout
+        got = jitted(x)
+        assert got.stride() == expected.stride(), layout
+        torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("name", ["softmax", "layer_norm", "batch_norm_train", "masked_fill"])
+def test_0dim_and_1dim_strides(name):
+    torch_fn, ref_fn = _STRIDE_OPS[name]
+    for x in (torch.randn(2, 3)[:, ::2], torch.randn(3, 2).t(), torch.randn(5, 3, 4)[::2]):
+        expected = torch_fn(x) if name != "layer_norm" else F.layer_norm(x, x.shape[-1:])
+        got = ref_fn(x) if name != "layer_norm" else RF.layer_norm(x, x.shape[-1:])
+        assert got.stride() == expected.stride()
+
+
+def test_masked_fill_result_is_contiguous_so_reshape_copies():
+    def fn(a):
+        b = a.masked_fill(a > 0, 0.0)
+        b.t().reshape(-1).add_(100)
+        return b
+    a = torch.arange(6.0).view(3, 2).t()
+    got, expected = _both(fn, a)
+    assert torch.equal(got, expected) and torch.equal(expected, torch.zeros(2, 3))
+    got, expected = _both(lambda a: a.masked_fill(a > 0, 0.0).view(-1), a)
+    assert torch.equal(got, expected)
+    assert refs.masked_fill(a, a > 0, 0.0).is_contiguous()
+
+
+def test_batch_norm_traced_strides_are_the_executed_ones():
+    x = torch.randn(5, 4, 2, 5).transpose(-1, -2)
+    for fn in (lambda x: F.batch_norm(x, None, None, training=True).view(1, 2, 10, 10),
+               lambda x: F.batch_norm(x, torch.zeros(4), torch.ones(4)).view(1, 2, 10, 10)):
+        got, expected = _both(fn, x)
+        torch.testing.assert_close(got, expected)
+
+
+# --- 7: meshgrid of 0-dim and 1-dim inputs ---------------------------------------------------
+@pytest.mark.parametrize("n", [1, 2, 3])
+@pytest.mark.parametrize("indexing", ["ij", "xy"])
+def test_meshgrid_0dim_and_1dim_inputs(n, indexing):
+    for kinds in itertools.product((0, 1), repeat=n):
+        tensors = [torch.tensor(10.0 * i) if k == 0 else torch.arange(2.0 + i) + 10 * i
+                   for i, k in enumerate(kinds)]
+        expected = torch.meshgrid(*tensors, indexing=indexing)
+        fn = lambda *ts: torch.meshgrid(*ts, indexing=indexing)  # noqa: E731
+        for got in (refs.meshgrid(*tensors, indexing=indexing), primtrace.jit(fn)(*tensors),
+                    refs.meshgrid(tensors, indexing=indexing)):
+            assert len(got) == len(expected)
+            for g, e in zip(got, expected):
+                assert g.shape == e.shape and g.stride() == e.stride(), (kinds, g.shape, e.shape)
+                assert torch.equal(g, e)
