@@ -12,7 +12,8 @@ import torch
 
 from primtrace import dtypes, prims
 from primtrace.refs.core import broadcast, broadcast_shapes, exports, is_number, is_tensor, ref
-from primtrace.refs.creation import check_fits
+from primtrace.refs.creation import as_nodes, check_fits
+from primtrace.refs.out import copy_to_self, maybe_convert, write_where
 from primtrace.refs.products import declines_out, kernel_scalar, no_out, require_tensors
 from primtrace.refs.reductions import wrap_dim
 from primtrace.refs.scalars import concrete, type_name
@@ -300,14 +301,8 @@ def index_copy(input, dim, index, source, *, out=None):
     return prims.index_copy(input, d, index, source)
 
 
-def _index_fill_declines(input, dim, index, value, *args, **kwargs):
-    return is_tensor(value)
-
-
-@ref(inplace=True, declines=_index_fill_declines)
-def index_fill(input, dim, index, value):
-    """A copy of input (in its memory order) with the slices at index along dim set to a
-    number (a 0-d tensor value is declined: its number is data)."""
+def _index_fill_arguments(input, dim, index, value) -> int:
+    """The wrapped dim, after eager's checks."""
     require_tensors("index_fill", input=input)
     d = _dim("index_fill", dim, input.ndim)
     if not is_tensor(index):
@@ -315,17 +310,54 @@ def index_fill(input, dim, index, value):
                         f"{type_name(index)}")
     if index.dtype is not torch.int64:
         raise IndexError("index_fill_(): Expected dtype int64 for index.")
-    if is_tensor(value):
-        if value.ndim:
-            raise RuntimeError(f"index_fill_ only supports a 0-dimensional value tensor, but "
-                               f"got tensor with {value.ndim} dimension(s).")
-        raise NotImplementedError("primtrace: index_fill with a tensor value has no ref; torch "
-                                  "runs it")
+    if is_tensor(value) and value.ndim:
+        raise RuntimeError(f"index_fill_ only supports a 0-dimensional value tensor, but got "
+                           f"tensor with {value.ndim} dimension(s).")
     if index.ndim > 1:
         raise RuntimeError("Index has to be a vector/scalar")
-    if not is_number(value):
+    if not is_tensor(value) and not is_number(value):
         raise TypeError(f"index_fill(): argument 'value' must be Number, not {type_name(value)}")
-    return prims.index_fill(input, d, index, kernel_scalar(value, input.dtype))
+    return d
+
+
+def _index_mask(input, d, index):
+    """A bool tensor of input's shape, True on the slices at index along d (index checked and
+    wrapped by prims.index_fill itself, on a vector of the dim's size)."""
+    size = input.shape[d] if input.ndim else 1
+    with as_nodes():
+        none = prims.full((size,), False, dtype=torch.bool, device=input.device)
+    mask = prims.index_fill(none, 0, index, True)
+    if input.ndim == 0:
+        return prims.squeeze(mask, (0,))
+    return prims.broadcast_in_dim(mask, tuple(input.shape), (d,))
+
+
+def _fill_value(value, input):
+    """A number as the kernel's scalar; a 0-dim tensor (eager takes its item()) converted."""
+    return (kernel_scalar(value, input.dtype) if is_number(value)
+            else maybe_convert(value, input.dtype))
+
+
+@ref
+def index_fill(input, dim, index, value):
+    """A copy of input (in its memory order) with the slices at index along dim set to value,
+    a number or a 0-dim tensor."""
+    d = _index_fill_arguments(input, dim, index, value)
+    if is_number(value):
+        return prims.index_fill(input, d, index, kernel_scalar(value, input.dtype))
+    return prims.where(_index_mask(input, d, index), _fill_value(value, input), input)
+
+
+@ref
+def index_fill_(input, dim, index, value):
+    """index_fill written into input: only the filled slices are written (so an expanded
+    input is written as eager writes it, see ``write_where``)."""
+    d = _index_fill_arguments(input, dim, index, value)
+    expanded = any(s == 0 and n > 1 for n, s in zip(input.shape, input.stride()))
+    if is_number(value) and not expanded:
+        return copy_to_self(input, index_fill(input, d, index, value), (input, index))
+    return write_where(input, _index_mask(input, d, index), _fill_value(value, input),
+                       "index_fill_", (input, index))
 
 
 # --- torch.embedding: F.embedding's kernel, weight first ---------------------------------------

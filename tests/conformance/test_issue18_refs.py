@@ -299,3 +299,92 @@ def test_meshgrid_0dim_and_1dim_inputs(n, indexing):
             for g, e in zip(got, expected):
                 assert g.shape == e.shape and g.stride() == e.stride(), (kinds, g.shape, e.shape)
                 assert torch.equal(g, e)
+
+
+# --- 13: in-place writes into expanded (self-overlapping) tensors ----------------------------
+_MASK = torch.tensor([[True, False, False], [False, False, True]])
+_WRITES = {
+    "masked_fill_": lambda x: x.masked_fill_(_MASK, 7.0),
+    "masked_fill_0dim": lambda x: x.masked_fill_(_MASK, torch.tensor(7.0)),
+    "masked_fill_broadcast": lambda x: x.masked_fill_(torch.tensor([False, True, False]), -1.0),
+    "index_fill_": lambda x: x.index_fill_(1, torch.tensor([0, -1]), 7.0),
+    "index_fill_expanded_dim": lambda x: x.index_fill_(0, torch.tensor([1]), 7.0),
+    "index_fill_0dim_value": lambda x: x.index_fill_(1, torch.tensor([2]), torch.tensor(7.0)),
+    "tril_": lambda x: x.tril_(),
+    "triu_": lambda x: x.triu_(1),
+    "fill_": lambda x: x.fill_(7.0),
+    "zero_": lambda x: x.zero_(),
+    "add_": lambda x: x.add_(1.0),
+    "mul_": lambda x: x.mul_(2.0),
+    "clamp_": lambda x: x.clamp_(0, 1),
+    "copy_": lambda x: x.copy_(torch.ones(2, 3)),
+    "index_copy_": lambda x: x.index_copy_(1, torch.tensor([0]), torch.ones(2, 1)),
+    "index_add_": lambda x: x.index_add_(1, torch.tensor([0]), torch.ones(2, 1)),
+    "scatter_": lambda x: x.scatter_(1, torch.tensor([[0], [0]]), 1.0),
+    "masked_scatter_": lambda x: x.masked_scatter_(_MASK, torch.ones(6)),
+}
+_REF_WRITES = {
+    "masked_fill_": lambda x: refs.masked_fill_(x, _MASK, 7.0),
+    "masked_fill_0dim": lambda x: refs.masked_fill_(x, _MASK, torch.tensor(7.0)),
+    "masked_fill_broadcast": lambda x: refs.masked_fill_(x, torch.tensor([False, True, False]), -1.0),
+    "index_fill_": lambda x: refs.index_fill_(x, 1, torch.tensor([0, -1]), 7.0),
+    "index_fill_expanded_dim": lambda x: refs.index_fill_(x, 0, torch.tensor([1]), 7.0),
+    "index_fill_0dim_value": lambda x: refs.index_fill_(x, 1, torch.tensor([2]), torch.tensor(7.0)),
+    "tril_": lambda x: refs.tril_(x),
+    "triu_": lambda x: refs.triu_(x, 1),
+    "add_": lambda x: refs.add_(x, 1.0),
+}
+
+
+def _outcome(fn, x):
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fn(x)
+    except Exception as e:  # noqa: BLE001 - the error is the outcome compared
+        return type(e), str(e).split(".")[0]
+    return x.clone()
+
+
+@pytest.mark.parametrize("name", sorted(_WRITES))
+@pytest.mark.parametrize("make", [lambda: (torch.arange(3.0) + 1).expand(2, 3),
+                                  lambda: torch.tensor([[1.0], [2.0]]).expand(2, 3)],
+                         ids=["rows", "columns"])
+def test_inplace_write_into_expanded_matches_eager(name, make):
+    expected = _outcome(_WRITES[name], make())
+
+    def traced(x):
+        _WRITES[name](x)
+        return x
+    runs = [primtrace.jit(traced)] + ([_REF_WRITES[name]] if name in _REF_WRITES else [])
+    for fn in runs:
+        got = _outcome(fn, make())
+        if isinstance(expected, tuple):
+            assert got == expected
+        else:
+            assert isinstance(got, torch.Tensor) and torch.equal(got, expected), (got, expected)
+
+
+def test_masked_fill_on_expanded_warns_as_eager():
+    for fn in (lambda x: x.masked_fill_(_MASK, 1.0), lambda x: refs.masked_fill_(x, _MASK, 1.0)):
+        with pytest.warns(UserWarning, match="masked_fill_ on expanded tensors is deprecated"):
+            fn(torch.zeros(1, 3).expand(2, 3))
+
+
+def test_index_fill_tensor_value():
+    for x in (torch.arange(6.0).view(2, 3), torch.arange(6.0).view(3, 2).t(), torch.tensor(3.0),
+              torch.arange(6).view(2, 3)):
+        index = torch.tensor([0]) if x.ndim == 0 else torch.tensor([1, -1])
+        for dim in ((0, -1) if x.ndim else (0,)):
+            for value in (torch.tensor(7.5), torch.tensor(-1), 2):
+                expected = x.index_fill(dim, index, value)
+                jitted = primtrace.jit(lambda x, v, d=dim: x.index_fill(d, index, v))
+                got_jit = jitted(x, value) if torch.is_tensor(value) else primtrace.jit(
+                    lambda x, d=dim: x.index_fill(d, index, value))(x)
+                for got in (refs.index_fill(x, dim, index, value), got_jit):
+                    assert got.dtype == expected.dtype and got.stride() == expected.stride()
+                    assert torch.equal(got, expected)
+                y, z = x.clone(), x.clone()
+                y.index_fill_(dim, index, value)
+                refs.index_fill_(z, dim, index, value)
+                assert torch.equal(y, z)
