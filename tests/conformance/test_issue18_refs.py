@@ -388,3 +388,80 @@ def test_index_fill_tensor_value():
                 y.index_fill_(dim, index, value)
                 refs.index_fill_(z, dim, index, value)
                 assert torch.equal(y, z)
+
+
+# --- 14: empty matmuls and attention -------------------------------------------------------------
+def _outcome_of(fn, *args):
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return fn(*args)
+    except Exception as e:  # noqa: BLE001 - the error kind is the outcome compared
+        return type(e)
+
+
+def _ones(*shape, dtype=torch.float32):
+    return torch.ones(*shape, dtype=dtype)
+
+
+_PRODUCTS = {
+    "mm": (torch.mm, refs.mm, lambda b, m, k, n, d1, d2: (_ones(m, k, dtype=d1), _ones(k, n, dtype=d2))),
+    "matmul_2d": (torch.matmul, refs.matmul,
+                  lambda b, m, k, n, d1, d2: (_ones(m, k, dtype=d1), _ones(k, n, dtype=d2))),
+    "matmul_3d": (torch.matmul, refs.matmul,
+                  lambda b, m, k, n, d1, d2: (_ones(b, m, k, dtype=d1), _ones(b, k, n, dtype=d2))),
+    "matmul_2d_3d": (torch.matmul, refs.matmul,
+                     lambda b, m, k, n, d1, d2: (_ones(m, k, dtype=d1), _ones(b, k, n, dtype=d2))),
+    "matmul_3d_2d": (torch.matmul, refs.matmul,
+                     lambda b, m, k, n, d1, d2: (_ones(b, m, k, dtype=d1), _ones(k, n, dtype=d2))),
+    "matmul_3d_1d": (torch.matmul, refs.matmul,
+                     lambda b, m, k, n, d1, d2: (_ones(b, m, k, dtype=d1), _ones(k, dtype=d2))),
+    "bmm": (torch.bmm, refs.bmm,
+            lambda b, m, k, n, d1, d2: (_ones(b, m, k, dtype=d1), _ones(b, k, n, dtype=d2))),
+    "addmm": (torch.addmm, refs.addmm, lambda b, m, k, n, d1, d2: (
+        _ones(m, n, dtype=d1), _ones(m, k, dtype=d1), _ones(k, n, dtype=d2))),
+    "baddbmm": (lambda *a: torch.baddbmm(*a, beta=2), lambda *a: refs.baddbmm(*a, beta=2),
+                lambda b, m, k, n, d1, d2: (_ones(b, m, n, dtype=d1), _ones(b, m, k, dtype=d1),
+                                            _ones(b, k, n, dtype=d2))),
+    "addbmm": (lambda *a: torch.addbmm(*a, beta=2), lambda *a: refs.addbmm(*a, beta=2),
+               lambda b, m, k, n, d1, d2: (_ones(m, n, dtype=d1), _ones(b, m, k, dtype=d1),
+                                           _ones(b, k, n, dtype=d2))),
+    "addbmm_self_like_batch2": (lambda *a: torch.addbmm(*a, beta=2), lambda *a: refs.addbmm(*a, beta=2),
+                                lambda b, m, k, n, d1, d2: (_ones(m, n, dtype=d2), _ones(b, m, k, dtype=d1),
+                                                            _ones(b, k, n, dtype=d2))),
+    "linear": (F.linear, RF.linear,
+               lambda b, m, k, n, d1, d2: (_ones(m, k, dtype=d1), _ones(n, k, dtype=d2))),
+    "linear_bias": (F.linear, RF.linear, lambda b, m, k, n, d1, d2: (
+        _ones(b, m, k, dtype=d1), _ones(n, k, dtype=d1), _ones(n, dtype=d2))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_PRODUCTS))
+def test_empty_products_with_mixed_dtypes_match_eager(name):
+    torch_fn, ref_fn, make = _PRODUCTS[name]
+    f16, f32, f64, i64 = torch.float16, torch.float32, torch.float64, torch.int64
+    jitted = primtrace.jit(torch_fn)
+    for sizes in ((2, 2, 3, 4), (0, 2, 3, 4), (2, 0, 3, 4), (2, 2, 0, 4), (2, 2, 3, 0), (0, 0, 0, 0)):
+        for d1, d2 in ((f32, f32), (f32, f64), (f16, f32), (i64, f32)):
+            args = make(*sizes, d1, d2)
+            expected = _outcome_of(torch_fn, *args)
+            for got in (_outcome_of(ref_fn, *args), _outcome_of(jitted, *args)):
+                if isinstance(expected, type):
+                    assert got is expected, (sizes, d1, d2, got)
+                else:
+                    assert isinstance(got, torch.Tensor), (sizes, d1, d2, got)
+                    assert got.dtype == expected.dtype and got.shape == expected.shape
+                    torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("shapes", [((2, 3, 0), (2, 3, 0), (2, 3, 0)), ((2, 3, 0), (2, 5, 0), (2, 5, 4)),
+                                    ((1, 2, 3, 0), (1, 2, 5, 0), (1, 2, 5, 4)),
+                                    ((2, 0, 4), (2, 5, 4), (2, 5, 4)), ((2, 3, 4), (2, 0, 4), (2, 0, 4))])
+def test_attention_with_empty_dims(shapes):
+    g = torch.Generator().manual_seed(14)
+    q, k, v = (torch.randn(*s, generator=g) for s in shapes)
+    expected = F.scaled_dot_product_attention(q, k, v)
+    for got in (RF.scaled_dot_product_attention(q, k, v),
+                primtrace.jit(F.scaled_dot_product_attention)(q, k, v)):
+        assert got.shape == expected.shape and got.dtype == expected.dtype
+        torch.testing.assert_close(got, expected, equal_nan=True)

@@ -44,6 +44,8 @@ def _tensors(name, **named):
 
 
 def _contiguous(t) -> bool:
+    if t.numel() == 0:
+        return True  # eager: an empty tensor is contiguous whatever its strides
     expected = 1
     for size, stride in reversed(list(zip(t.shape, t.stride()))):
         if size != 1 and stride != expected:
@@ -271,8 +273,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     computation = dtypes.opmath(query.dtype)
     q, k, v = (maybe_convert(t, computation) for t in (query, key, value))
     e = query.shape[-1]
-    factor = float(concrete(scale)) if scale is not None else 1.0 / math.sqrt(e)
-    scores = prims.mul(prims.matmul(q, P.transpose(k)), factor)
+    scores = prims.matmul(q, P.transpose(k))
+    if e:  # eager scales q and k, not the scores: with E = 0 they are 0 whatever the scale
+        factor = float(concrete(scale)) if scale is not None else 1.0 / math.sqrt(e)
+        scores = prims.mul(scores, factor)
     shape = tuple(scores.shape)
     if is_causal:
         rows, cols = shape[-2], shape[-1]
