@@ -206,9 +206,15 @@ def _dims(name, ndim, dims) -> tuple:
 
 
 @ref
-def flip(input, *dims):
-    """A copy with the order of `dims` reversed (input's memory order)."""
+def flip(input, *dims, **kwargs):
+    """A copy with the order of `dims` reversed (input's memory order); dims positional
+    (torch.flip(x, (0,)), x.flip(0, 1)) or by keyword (torch.flip(x, dims=(0,)))."""
     require_tensor("flip", input)
+    if kwargs:
+        if dims or set(kwargs) != {"dims"}:
+            raise TypeError(f"flip() got an unexpected keyword argument "
+                            f"'{next(k for k in kwargs if k != 'dims' or dims)}'")
+        dims = (kwargs["dims"],)
     dims = _dims("flip", input.ndim, int_list("flip", "dims", dims, 2))
     return prims.flip(input, dims if input.ndim else ())
 

@@ -465,3 +465,158 @@ def test_attention_with_empty_dims(shapes):
                 primtrace.jit(F.scaled_dot_product_attention)(q, k, v)):
         assert got.shape == expected.shape and got.dtype == expected.dtype
         torch.testing.assert_close(got, expected, equal_nan=True)
+
+
+# --- 16: argument forms eager accepts ----------------------------------------------------------
+def _same_result(got, expected):
+    if isinstance(expected, (tuple, list)):
+        assert type(got) is type(expected) or isinstance(got, tuple), (type(got), type(expected))
+        assert len(got) == len(expected)
+        for g, e in zip(got, expected):
+            _same_result(g, e)
+        return
+    assert got.dtype == expected.dtype and got.shape == expected.shape, (got, expected)
+    assert got.stride() == expected.stride() or got.numel() == 0, (got.stride(), expected.stride())
+    torch.testing.assert_close(got, expected, equal_nan=True)
+
+
+_X = torch.arange(12.0).view(3, 4)
+_FORMS = [
+    # (name, eager call, ref call, args): the ref result must equal eager's; jit runs the eager call
+    ("flip_dims_keyword", lambda x: torch.flip(x, dims=(0,)), lambda x: refs.flip(x, dims=(0,)), (_X,)),
+    ("flip_dims_keyword_list", lambda x: torch.flip(x, dims=[0, 1]),
+     lambda x: refs.flip(x, dims=[0, 1]), (_X,)),
+    ("flip_method", lambda x: x.flip(1), lambda x: refs.flip(x, 1), (_X,)),
+    ("T", lambda x: x.T, lambda x: refs.T(x), (_X,)),
+    ("mT", lambda x: x.mT, lambda x: refs.mT(x), (torch.zeros(2, 3, 4),)),
+    ("softmax_dtype", lambda x: torch.softmax(x, 1, dtype=torch.float64),
+     lambda x: refs.softmax(x, 1, dtype=torch.float64), (_X,)),
+    ("softmax_dtype_positional", lambda x: torch.softmax(x, 1, torch.float64),
+     lambda x: refs.softmax(x, 1, torch.float64), (_X,)),
+    ("softmax_int_input_dtype", lambda x: torch.softmax(x, 0, dtype=torch.float32),
+     lambda x: refs.softmax(x, 0, dtype=torch.float32), (torch.arange(4),)),
+    ("log_softmax_dtype", lambda x: torch.log_softmax(x, 1, dtype=torch.float64),
+     lambda x: refs.log_softmax(x, 1, dtype=torch.float64), (_X,)),
+    ("F_softmax_dtype", lambda x: F.softmax(x, dim=1, dtype=torch.float64),
+     lambda x: RF.softmax(x, dim=1, dtype=torch.float64), (_X,)),
+    ("special_log_softmax_dtype", lambda x: torch.special.log_softmax(x, 1, dtype=torch.float64),
+     lambda x: refs.special.log_softmax(x, 1, dtype=torch.float64), (_X,)),
+    ("index_fill_tensor_value", lambda x, v: x.index_fill(1, torch.tensor([1, 3]), v),
+     lambda x, v: refs.index_fill(x, 1, torch.tensor([1, 3]), v), (_X, torch.tensor(-1.0))),
+    ("matrix_norm_nuc", lambda x: torch.linalg.matrix_norm(x, ord="nuc"),
+     lambda x: refs.linalg.matrix_norm(x, ord="nuc"), (_X,)),
+    ("matrix_norm_2", lambda x: torch.linalg.matrix_norm(x, ord=2),
+     lambda x: refs.linalg.matrix_norm(x, ord=2), (_X,)),
+    ("matrix_norm_-2_keepdim_dims", lambda x: torch.linalg.matrix_norm(x, -2, (0, 2), True),
+     lambda x: refs.linalg.matrix_norm(x, -2, (0, 2), True), (torch.randn(3, 2, 4),)),
+    ("matrix_norm_nuc_float64", lambda x: torch.linalg.matrix_norm(x, "nuc", dtype=torch.float64),
+     lambda x: refs.linalg.matrix_norm(x, "nuc", dtype=torch.float64), (_X,)),
+    ("matrix_norm_nuc_half", lambda x: torch.linalg.matrix_norm(x, "nuc"),
+     lambda x: refs.linalg.matrix_norm(x, "nuc"), (_X.half(),)),
+    ("linalg_norm_nuc", lambda x: torch.linalg.norm(x, "nuc"), lambda x: refs.linalg.norm(x, "nuc"), (_X,)),
+    ("linalg_norm_2_dim", lambda x: torch.linalg.norm(x, 2, (1, 2)),
+     lambda x: refs.linalg.norm(x, 2, (1, 2)), (torch.randn(2, 3, 4),)),
+    ("norm_nuc", lambda x: torch.norm(x, p="nuc"), lambda x: refs.norm(x, p="nuc"), (_X,)),
+    ("norm_nuc_dim", lambda x: torch.norm(x, p="nuc", dim=(0, 2), keepdim=True),
+     lambda x: refs.norm(x, p="nuc", dim=(0, 2), keepdim=True), (torch.randn(3, 2, 4),)),
+    ("svdvals", torch.linalg.svdvals, refs.linalg.svdvals, (torch.randn(2, 3, 4, dtype=torch.float64),)),
+    ("svdvals_complex", torch.linalg.svdvals, refs.linalg.svdvals, (torch.randn(4, 3, dtype=torch.complex128),)),
+    ("svdvals_empty", torch.linalg.svdvals, refs.linalg.svdvals, (torch.randn(2, 0, 3),)),
+    ("svd", lambda x: torch.linalg.svd(x), lambda x: refs.linalg.svd(x), (torch.randn(2, 3, 4, dtype=torch.float64),)),
+    ("svd_reduced", lambda x: torch.linalg.svd(x, full_matrices=False),
+     lambda x: refs.linalg.svd(x, full_matrices=False), (torch.randn(5, 3, dtype=torch.float64).t(),)),
+]
+
+
+def _raised_or_result(fn, args):
+    try:
+        return fn(*args)
+    except Exception as e:  # noqa: BLE001 - the error kind is compared
+        return type(e)
+
+
+@pytest.mark.parametrize("name", [row[0] for row in _FORMS])
+def test_argument_forms_match_eager(name):
+    _, torch_fn, ref_fn, args = next(row for row in _FORMS if row[0] == name)
+    expected = _raised_or_result(torch_fn, args)
+    for got in (_raised_or_result(ref_fn, args), _raised_or_result(primtrace.jit(torch_fn), args)):
+        if isinstance(expected, type):
+            assert got is expected, got
+        else:
+            _same_result(got, expected)
+
+
+def test_svd_result_is_eagers_named_tuple():
+    x = torch.randn(3, 4, dtype=torch.float64)
+    for got in (refs.linalg.svd(x), primtrace.jit(torch.linalg.svd)(x)):
+        u, s, vh = got.U, got.S, got.Vh
+        torch.testing.assert_close(u @ torch.diag(s) @ vh[:3], x)
+
+
+def test_narrow_with_a_0dim_tensor_start():
+    for start in (torch.tensor(1), torch.tensor(-2)):
+        for dim in (0, 1):
+            expected = torch.narrow(_X, dim, start, 2)
+            got = refs.narrow(_X, dim, start, 2)
+            _same_result(got, expected)
+            assert got._base is _X or got.untyped_storage().data_ptr() == _X.untyped_storage().data_ptr()
+    for bad in (torch.tensor(1.0), torch.tensor(True), torch.tensor([1])):
+        with pytest.raises(RuntimeError, match="start must be an 0-dim integral Tensor"):
+            refs.narrow(_X, 0, bad, 2)
+    # traced, the start is data: a clear data-dependent error (eager reads it with item())
+    with pytest.raises(primtrace.tracer.capture.DataDependentError):
+        primtrace.jit(lambda x, s: torch.narrow(x, 0, s, 2))(_X, torch.tensor(1))
+
+
+def test_tensor_split_with_a_tensor_of_indices():
+    for indices in (torch.tensor([1, 3]), torch.tensor(2), torch.tensor([], dtype=torch.long),
+                    torch.tensor([3, 1, -1])):
+        expected = torch.tensor_split(_X, indices, 1)
+        _same_result(refs.tensor_split(_X, indices, 1), expected)
+    for fn in (torch.hsplit, refs.hsplit):  # its parser takes no tensor
+        with pytest.raises(TypeError):
+            fn(_X, torch.tensor([1, 3]))
+    with pytest.raises(RuntimeError, match="dtype of long"):
+        refs.tensor_split(_X, torch.tensor([1.0]), 1)
+    with pytest.raises(RuntimeError, match="zero-dimensional or one-dimensional"):
+        refs.tensor_split(_X, torch.tensor([[1]]), 1)
+    with pytest.raises(primtrace.tracer.capture.DataDependentError):
+        primtrace.jit(lambda x, i: torch.tensor_split(x, i, 1))(_X, torch.tensor([1, 3]))
+
+
+def test_take_along_dim_without_dim_takes_a_multi_dim_index():
+    x = torch.arange(12.0).view(3, 4)
+    cases = [(x, torch.tensor([[0, 5], [11, 3]])), (x, torch.tensor([[0, 5], [11, 3]]).view(2, 1, 2)),
+             (x, torch.tensor(3)), (torch.tensor(2.0), torch.tensor([0, 0])),
+             (x[:, ::2], torch.tensor([[0, 1]])),
+             (x.t(), torch.tensor([1])), (x, torch.tensor([[0, 5], [11, 3]]).t())]  # eager: view errors
+    jitted = primtrace.jit(lambda a, i: torch.take_along_dim(a, i))
+    for a, i in cases:
+        expected = _raised_or_result(lambda a, i: torch.take_along_dim(a, i), (a, i))
+        for got in (_raised_or_result(refs.take_along_dim, (a, i)), _raised_or_result(jitted, (a, i))):
+            if isinstance(expected, type):
+                assert got is expected
+            else:
+                _same_result(got, expected)
+
+
+@pytest.mark.parametrize("op", ["index_add", "index_copy"])
+def test_index_add_and_copy_of_0dim_tensors(op):
+    selfs = (torch.tensor(5.0), torch.zeros(3), torch.zeros(2, 3))
+    sources = (torch.tensor(2.0), torch.tensor([2.0]), torch.tensor([2.0, 3.0]), torch.ones(2, 1),
+               torch.ones(2, 3))
+    indices = (torch.tensor(0), torch.tensor([0]), torch.tensor([-1]), torch.tensor([0, 0]),
+               torch.tensor([2]), torch.tensor([[0]]))
+    jitted = primtrace.jit(lambda s, i, src: getattr(s, op)(0, i, src))
+    for s, src, i in itertools.product(selfs, sources, indices):
+        expected = _raised_or_result(lambda *a: getattr(a[0], op)(0, a[1], a[2]), (s, i, src))
+        ref_fn = getattr(refs, op)
+        for got in (_raised_or_result(lambda *a: ref_fn(a[0], 0, a[1], a[2]), (s, i, src)),
+                    _raised_or_result(jitted, (s, i, src))):
+            if isinstance(expected, type):
+                assert got is expected, (s.shape, src.shape, i)
+            else:
+                assert torch.equal(got, expected) and got.shape == expected.shape
+    x = torch.tensor(5.0)
+    getattr(refs, op + "_")(x, 0, torch.tensor([0]), torch.tensor(2.0))
+    assert x.item() == (7.0 if op == "index_add" else 2.0)
