@@ -20,8 +20,6 @@ from primtrace.tracer.mapping import find_ref
 LEFT_OUT = {
     "stft": "a spectral transform (FFT), out of scope with torch.fft",
     "istft": "a spectral transform (FFT), out of scope with torch.fft",
-    "linalg.svd": "a matrix decomposition (LAPACK): no prims to write it in",
-    "linalg.svdvals": "a matrix decomposition (LAPACK): no prims to write it in",
 }
 
 #: python_ref_db namespace prefix -> the tracer's namespace for find_ref

@@ -52,7 +52,7 @@ from primtrace.ir.symbol import Symbol, SymbolKind
 from primtrace.prims.meta import PrimContractError, is_tensor
 
 __all__ = ["convolution", "max_pool", "avg_pool", "adaptive_avg_pool", "adaptive_max_pool",
-           "grouped_mm"]
+           "grouped_mm", "svd", "svdvals"]
 
 _FLOATS = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
 _INTS = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
@@ -566,6 +566,53 @@ grouped_mm = Symbol(
         "inner dims split at offs, or of batches; torch's kernel.")
 
 
+# --- singular value decomposition (LAPACK) -------------------------------------------------------
+def _svd_input(a):
+    """(batch, m, n) of a matrix batch, after eager's checks (in its order)."""
+    if not is_tensor(a):
+        raise PrimContractError("prims.svd: expected a tensor")
+    if a.device.type != "cpu":
+        raise PrimContractError("prims.svd: CPU tensors only (eager's CUDA strides differ)")
+    if a.ndim < 2:
+        raise RuntimeError("linalg.svd: The input tensor A must have at least 2 dimensions.")
+    if not (a.dtype.is_floating_point or a.dtype.is_complex):
+        raise RuntimeError(f"linalg.svd: Expected a floating point or complex tensor as input. "
+                           f"Got {dtypes.scalar_type_name(a.dtype)}")
+    if a.dtype not in (torch.float32, torch.float64, torch.complex64, torch.complex128):
+        raise NotImplementedError(f"\"linalg_svd_cpu\" not implemented for "
+                                  f"'{dtypes.scalar_type_name(a.dtype)}'")
+    return tuple(a.shape[:-2]), a.shape[-2], a.shape[-1]
+
+
+def _column_major(shape) -> tuple:
+    """LAPACK's layout of a batch of matrices: each column-major, the batch row-major (a size-0
+    dim counts 1), as eager allocates U and Vh."""
+    strides = [1, max(shape[-2], 1)]
+    step = strides[1] * max(shape[-1], 1)
+    for size in reversed(shape[:-2]):
+        strides.insert(0, step)
+        step *= max(size, 1)
+    return tuple(strides)
+
+
+def _svd_meta(a, full_matrices):
+    batch, m, n = _svd_input(a)
+    k = min(m, n)
+    u_shape = (*batch, m, m if full_matrices else k)
+    vh_shape = (*batch, n if full_matrices else k, n)
+    s_shape = (*batch, k)
+    real = dtypes.to_real(a.dtype)
+    return (TensorSpec(u_shape, a.dtype, a.device, _column_major(u_shape)),
+            TensorSpec(s_shape, real, a.device, contiguous_strides(s_shape)),
+            TensorSpec(vh_shape, a.dtype, a.device, _column_major(vh_shape)))
+
+
+def _svdvals_meta(a):
+    batch, m, n = _svd_input(a)
+    shape = (*batch, min(m, n))
+    return TensorSpec(shape, dtypes.to_real(a.dtype), a.device, contiguous_strides(shape))
+
+
 def _prim(name, meta, impl, doc):
     return Symbol(name, kind=SymbolKind.PRIM, meta=meta, impl=impl, tags=frozenset({"library"}),
                   module="prims", doc=doc)
@@ -594,5 +641,13 @@ adaptive_max_pool = _prim(
     "The max over adaptive windows giving output_size (1-3 spatial dims; values only): "
     "torch's adaptive_max_pool<n>d.")
 
+svd = _prim(
+    "svd", _svd_meta, lambda a, full_matrices: tuple(torch.linalg.svd(a, full_matrices=full_matrices)),
+    "(U, S, Vh) of a batch of matrices: torch.linalg.svd (LAPACK), U and Vh column-major as "
+    "eager's, S real and descending.")
+svdvals = _prim(
+    "svdvals", _svdvals_meta, torch.linalg.svdvals,
+    "The singular values of a batch of matrices, descending: torch.linalg.svdvals (LAPACK).")
+
 PRIMS = {s.name: s for s in (convolution, max_pool, avg_pool, adaptive_avg_pool, adaptive_max_pool,
-                              grouped_mm)}
+                              grouped_mm, svd, svdvals)}

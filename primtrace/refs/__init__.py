@@ -29,3 +29,4 @@ from primtrace.refs.views import *  # noqa: F401,F403
 from primtrace.refs.writes import *  # noqa: F401,F403
 from primtrace.refs.promotion import Kind, elementwise_dtypes, result_type  # noqa: F401
 from primtrace.refs import linalg, nn, special  # noqa: F401,E402
+from primtrace.refs.nn.softmax_norms import log_softmax, softmax  # noqa: F401,E402  (torch.softmax)

@@ -22,7 +22,8 @@ import torch
 from primtrace import dtypes, prims
 from primtrace.refs.core import exports, is_tensor, maybe_convert, ref
 from primtrace.ir.strides import dense_strides
-from primtrace.refs.creation import CHANNELS_LAST_ORDERS, PYTHON_DTYPES, as_dtype, new_in_format
+from primtrace.refs.creation import (CHANNELS_LAST_ORDERS, PYTHON_DTYPES, as_dtype, format_strides,
+                                     new_in_format)
 
 #: Tensor method -> the dtype it converts to (x.float() is x.to(torch.float32))
 DTYPE_METHODS = {
@@ -64,6 +65,19 @@ def copy_as(input, dtype, memory_format):
     new = new_in_format(tuple(input.shape), memory_format, dtypes.python_type(dtype)(0), dtype,
                         input.device)
     return prims.copy_to(new, maybe_convert(input, dtype))
+
+
+def allocated_as_eager(result, memory_format):
+    """`result`, a new tensor, with the exact strides of a new tensor in `memory_format`
+    (copied into one where it has others): for refs whose eager kernel allocates its output
+    in a fixed format (softmax, layer_norm: contiguous; batch_norm: the input's suggested
+    one) rather than by TensorIterator's rules, which the elementwise prims follow."""
+    shape = tuple(result.shape)
+    if tuple(result.stride()) == format_strides(shape, memory_format):
+        return result
+    new = new_in_format(shape, memory_format, dtypes.python_type(result.dtype)(0), result.dtype,
+                        result.device)
+    return prims.copy_to(new, result)
 
 
 def _require_tensor(name, x, argument="input"):

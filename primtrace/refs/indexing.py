@@ -11,9 +11,11 @@ from __future__ import annotations
 import torch
 
 from primtrace import dtypes, prims
+from primtrace.prims.views import compute_stride
 from primtrace.refs.core import broadcast, broadcast_shapes, exports, is_number, is_tensor, ref
 from primtrace.prims.indexing import advanced_index_shape
-from primtrace.refs.creation import check_fits, filled
+from primtrace.refs.creation import as_nodes, check_fits, filled
+from primtrace.refs.out import copy_to_self, maybe_convert, write_where
 from primtrace.refs.products import declines_out, kernel_scalar, no_out, require_tensors
 from primtrace.refs.reductions import wrap_dim
 from primtrace.refs.scalars import concrete, type_name
@@ -94,11 +96,7 @@ def take(input, index, *, out=None):
     return prims.take(input, index)
 
 
-def _take_along_declines(input, indices, dim=None, *, out=None):
-    return out is not None or (dim is None and is_tensor(indices) and indices.ndim > 1)
-
-
-@ref(declines=_take_along_declines)
+@ref(declines=declines_out)
 def take_along_dim(input, indices, dim=None, *, out=None):
     """gather after broadcasting input and indices everywhere but dim; dim None: take on
     the flattened input (a 1-d result)."""
@@ -107,12 +105,13 @@ def take_along_dim(input, indices, dim=None, *, out=None):
     if indices.dtype is not torch.int64:
         raise RuntimeError(f"torch.take_along_dim(): dtype of indices should be Long but got "
                            f"{dtypes.scalar_type_name(indices.dtype)}")
-    if dim is None:
-        if indices.ndim > 1:
-            raise NotImplementedError("primtrace: take_along_dim(dim=None) of a multi-dim index "
-                                      "needs a reshape prim; torch runs it")
-        y = prims.take(input, indices)
-        return y if indices.ndim == 1 else prims.broadcast_in_dim(y, (1,), ())
+    if dim is None:  # eager: input.view(-1).gather(0, indices.view(-1))
+        for t in (input, indices):
+            if compute_stride(tuple(t.shape), tuple(t.stride()), (t.numel(),)) is None:
+                raise RuntimeError("view size is not compatible with input tensor's size and "
+                                   "stride (at least one dimension spans across two contiguous "
+                                   "subspaces). Use .reshape(...) instead.")
+        return prims.take(input, prims.reshape_view(indices, (indices.numel(),)))
     d = _dim("take_along_dim", dim, input.ndim)
     if input.ndim != indices.ndim:
         raise RuntimeError(f"torch.take_along_dim(): input and indices should have the same "
@@ -242,30 +241,43 @@ def _index_write_checks(name, input, d, index, source):
             raise RuntimeError(f"index_add_(): self ({dtypes.scalar_type_name(input.dtype)}) and "
                                f"source ({dtypes.scalar_type_name(source.dtype)}) must have the "
                                f"same scalar type")
-        n = source.shape[d] if source.ndim else 1
-        if index.numel() != n:
+        if source.ndim == 0 and index.numel() != 1:  # eager's message reads source.size(dim)
+            raise IndexError(f"Dimension specified as {d} but tensor has no dimensions")
+        if source.ndim and index.numel() != source.shape[d]:
             raise RuntimeError(f"index_add_(): Number of indices ({index.numel()}) should be "
-                               f"equal to source.size(dim): ({n}), for dim: {d}")
-    else:
-        if index.ndim > 1:
-            raise IndexError(f"index_copy_(): Index should have dimension 1 or 0 (got "
-                             f"{index.ndim})")
-        if index.dtype is not torch.int64:
-            raise RuntimeError(f"index_copy_(): Expected a long tensor for index, but got "
-                               f"{dtypes.scalar_type_name(index.dtype)}")
-        if input.dtype != source.dtype:
-            raise RuntimeError(f"index_copy_(): self and source expected to have the same "
-                               f"dtype, but got (self) {dtypes.scalar_type_name(input.dtype)} "
-                               f"and (source) {dtypes.scalar_type_name(source.dtype)}")
-        n = source.shape[d] if source.ndim else 1
-        if index.numel() != n:
-            raise IndexError(f"index_copy_(): Number of indices ({index.numel()}) should be "
-                             f"equal to source.size(dim) ({n})")
-    if source.ndim != input.ndim or any(
-            source.shape[i] != input.shape[i] for i in range(input.ndim) if i != d):
-        raise RuntimeError(f"source tensor shape must match self tensor shape, excluding the "
-                           f"specified dimension. Got self.shape = {list(input.shape)} "
-                           f"source.shape = {list(source.shape)}")
+                               f"equal to source.size(dim): ({source.shape[d]}), for dim: {d}")
+        both = input.ndim and source.ndim  # else the whole shapes are compared
+        if [n for i, n in enumerate(input.shape) if i != d or not both] != [
+                n for i, n in enumerate(source.shape) if i != d or not both]:
+            raise RuntimeError(f"source tensor shape must match self tensor shape, excluding the "
+                               f"specified dimension. Got self.shape = {list(input.shape)} "
+                               f"source.shape = {list(source.shape)}")
+        return
+    # index_copy, in eager's order (a 0-dim self or source is one slice of one element)
+    if index.ndim > 1:
+        raise IndexError(f"index_copy_(): Index should have dimension 1 or 0 (got {index.ndim})")
+    if source.ndim == 0 and index.numel() != 1:
+        raise IndexError(f"index_copy_(): When source is scalar, index should have one element "
+                         f"(got {index.numel()})")
+    if source.ndim != input.ndim and source.ndim and input.ndim:
+        raise IndexError(f"index_copy_(): When source and destination are not scalars, their "
+                         f"dimensionality must match. Source dimensionality ({source.ndim}), "
+                         f"destination dimensionality ({input.ndim})")
+    if index.dtype is not torch.int64:
+        raise RuntimeError(f"index_copy_(): Expected a long tensor for index, but got "
+                           f"{dtypes.scalar_type_name(index.dtype)}")
+    if input.dtype != source.dtype:
+        raise RuntimeError(f"index_copy_(): self and source expected to have the same dtype, but "
+                           f"got (self) {dtypes.scalar_type_name(input.dtype)} and (source) "
+                           f"{dtypes.scalar_type_name(source.dtype)}")
+    sliced = [[n for i, n in enumerate(t.shape) if i != d] for t in (input, source)]
+    if sliced[0] != sliced[1]:
+        raise RuntimeError("index_copy_(): Source/destination tensor must have same slice "
+                           f"shapes. Destination slice shape: {sliced[0]} and source slice "
+                           f"shape: {sliced[1]}.")
+    if source.ndim and index.numel() != source.shape[d]:
+        raise IndexError(f"index_copy_(): Number of indices ({index.numel()}) should be equal "
+                         f"to source.size(dim) ({source.shape[d]})")
 
 
 def _index_write(name, input, dim, index, source):
@@ -274,41 +286,41 @@ def _index_write(name, input, dim, index, source):
     for pname, t in (("index", index), ("source", source)):
         if not is_tensor(t):
             raise TypeError(f"{name}(): argument '{pname}' must be Tensor, not {type_name(t)}")
-    if input.ndim == 0 or source.ndim == 0:
-        raise NotImplementedError(f"primtrace: {name} of 0-d tensors has no ref; torch runs it")
     _index_write_checks(name, input, d, index, source)
     return d
 
 
-def _zero_dim_declines(input, dim, index, source, *args, out=None, **kwargs):
-    return out is not None or (is_tensor(input) and is_tensor(source)
-                               and (input.ndim == 0 or source.ndim == 0))
+def _as_vector(t):
+    """A 0-dim tensor as a 1-element vector (a view); others as they are."""
+    return prims.reshape_view(t, (1,)) if t.ndim == 0 else t
 
 
-@ref(inplace=True, declines=_zero_dim_declines)
+def _on_vectors(prim, input, d, index, source, *args):
+    """`prim` where self or source is 0-dim: run on 1-element vectors, input's shape back."""
+    if input.ndim and source.ndim:
+        return prim(input, d, index, source, *args)
+    y = prim(_as_vector(input), 0, _as_vector(index), _as_vector(source), *args)
+    return prims.reshape_view(y, ()) if input.ndim == 0 else y
+
+
+@ref(inplace=True, declines=declines_out)
 def index_add(input, dim, index, source, *, alpha=1, out=None):
     """A copy of input with alpha * source's slices added at index along dim."""
     no_out("index_add", out)
     d = _index_write("index_add", input, dim, index, source)
-    return prims.index_add(input, d, index, source, alpha)
+    return _on_vectors(prims.index_add, input, d, index, source, alpha)
 
 
-@ref(inplace=True, declines=_zero_dim_declines)
+@ref(inplace=True, declines=declines_out)
 def index_copy(input, dim, index, source, *, out=None):
     """A copy of input with source's slices written at index along dim."""
     no_out("index_copy", out)
     d = _index_write("index_copy", input, dim, index, source)
-    return prims.index_copy(input, d, index, source)
+    return _on_vectors(prims.index_copy, input, d, index, source)
 
 
-def _index_fill_declines(input, dim, index, value, *args, **kwargs):
-    return is_tensor(value)
-
-
-@ref(inplace=True, declines=_index_fill_declines)
-def index_fill(input, dim, index, value):
-    """A copy of input (in its memory order) with the slices at index along dim set to a
-    number (a 0-d tensor value is declined: its number is data)."""
+def _index_fill_arguments(input, dim, index, value) -> int:
+    """The wrapped dim, after eager's checks."""
     require_tensors("index_fill", input=input)
     d = _dim("index_fill", dim, input.ndim)
     if not is_tensor(index):
@@ -316,17 +328,54 @@ def index_fill(input, dim, index, value):
                         f"{type_name(index)}")
     if index.dtype is not torch.int64:
         raise IndexError("index_fill_(): Expected dtype int64 for index.")
-    if is_tensor(value):
-        if value.ndim:
-            raise RuntimeError(f"index_fill_ only supports a 0-dimensional value tensor, but "
-                               f"got tensor with {value.ndim} dimension(s).")
-        raise NotImplementedError("primtrace: index_fill with a tensor value has no ref; torch "
-                                  "runs it")
+    if is_tensor(value) and value.ndim:
+        raise RuntimeError(f"index_fill_ only supports a 0-dimensional value tensor, but got "
+                           f"tensor with {value.ndim} dimension(s).")
     if index.ndim > 1:
         raise RuntimeError("Index has to be a vector/scalar")
-    if not is_number(value):
+    if not is_tensor(value) and not is_number(value):
         raise TypeError(f"index_fill(): argument 'value' must be Number, not {type_name(value)}")
-    return prims.index_fill(input, d, index, kernel_scalar(value, input.dtype))
+    return d
+
+
+def _index_mask(input, d, index):
+    """A bool tensor of input's shape, True on the slices at index along d (index checked and
+    wrapped by prims.index_fill itself, on a vector of the dim's size)."""
+    size = input.shape[d] if input.ndim else 1
+    with as_nodes():
+        none = prims.full((size,), False, dtype=torch.bool, device=input.device)
+    mask = prims.index_fill(none, 0, index, True)
+    if input.ndim == 0:
+        return prims.squeeze(mask, (0,))
+    return prims.broadcast_in_dim(mask, tuple(input.shape), (d,))
+
+
+def _fill_value(value, input):
+    """A number as the kernel's scalar; a 0-dim tensor (eager takes its item()) converted."""
+    return (kernel_scalar(value, input.dtype) if is_number(value)
+            else maybe_convert(value, input.dtype))
+
+
+@ref
+def index_fill(input, dim, index, value):
+    """A copy of input (in its memory order) with the slices at index along dim set to value,
+    a number or a 0-dim tensor."""
+    d = _index_fill_arguments(input, dim, index, value)
+    if is_number(value):
+        return prims.index_fill(input, d, index, kernel_scalar(value, input.dtype))
+    return prims.where(_index_mask(input, d, index), _fill_value(value, input), input)
+
+
+@ref
+def index_fill_(input, dim, index, value):
+    """index_fill written into input: only the filled slices are written (so an expanded
+    input is written as eager writes it, see ``write_where``)."""
+    d = _index_fill_arguments(input, dim, index, value)
+    expanded = any(s == 0 and n > 1 for n, s in zip(input.shape, input.stride()))
+    if is_number(value) and not expanded:
+        return copy_to_self(input, index_fill(input, d, index, value), (input, index))
+    return write_where(input, _index_mask(input, d, index), _fill_value(value, input),
+                       "index_fill_", (input, index))
 
 
 # --- advanced indexing: x[i, :, j] and x[i, :, j] = v ---------------------------------------------

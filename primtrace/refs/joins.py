@@ -190,9 +190,8 @@ def meshgrid(*tensors, indexing=None):
     for i, t in enumerate(tensors):
         view = tuple(-1 if k == i else 1 for k in range(len(tensors)))
         view = tuple(t.numel() if s == -1 else 1 for s in view)
-        grid = prims.expand(prims.reshape_view(t, view), shape)
-        grids.append(prims.permute(grid, swap(len(shape), 0, 1)) if swap_first else grid)
-    if swap_first:
+        grids.append(prims.expand(prims.reshape_view(t, view), shape))
+    if swap_first:  # eager's "xy": the "ij" grids of (t1, t0, ...), the first two swapped back
         grids[0], grids[1] = grids[1], grids[0]
     return tuple(grids)
 
@@ -207,9 +206,15 @@ def _dims(name, ndim, dims) -> tuple:
 
 
 @ref
-def flip(input, *dims):
-    """A copy with the order of `dims` reversed (input's memory order)."""
+def flip(input, *dims, **kwargs):
+    """A copy with the order of `dims` reversed (input's memory order); dims positional
+    (torch.flip(x, (0,)), x.flip(0, 1)) or by keyword (torch.flip(x, dims=(0,)))."""
     require_tensor("flip", input)
+    if kwargs:
+        if dims or set(kwargs) != {"dims"}:
+            raise TypeError(f"flip() got an unexpected keyword argument "
+                            f"'{next(k for k in kwargs if k != 'dims' or dims)}'")
+        dims = (kwargs["dims"],)
     dims = _dims("flip", input.ndim, int_list("flip", "dims", dims, 2))
     return prims.flip(input, dims if input.ndim else ())
 

@@ -5,8 +5,8 @@ The norms reduce |x| in the opmath dtype (float32 for float16/bfloat16, as eager
 accumulates) and round once to the real dtype of the input (or of ``dtype=``, converted to
 first, which may not narrow): inf/-inf are amax/amin, 0 counts nonzeros, 1 sums, 2 is the
 square root of the sum of squares, any other p is (sum |x|^p)^(1/p). matrix_norm computes
-'fro', 1, -1, inf and -inf; the spectral norms (2, -2, 'nuc') need singular values and
-are declined: the tracer leaves them to torch.
+'fro', 1, -1, inf and -inf in reductions; the spectral norms (2, -2, 'nuc') reduce the
+singular values (``prims.svdvals``, LAPACK through torch, as ``svd`` and ``svdvals`` are).
 """
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None, out=None):
 
 
 def _spectral_declines(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=None):
-    return out is not None or ord in SPECTRAL
+    return out is not None
 
 
 def _matrix_dims(name, A, dim):
@@ -115,8 +115,7 @@ def matrix_norm_of(name, A, ord, dim, keepdim, dtype):
     d0, d1 = _matrix_dims(name, A, dim)
     _float_input(name, A)
     if ord in SPECTRAL:
-        raise NotImplementedError(f"primtrace: {name}(ord={ord!r}) needs singular values; torch "
-                                  "runs it")
+        return _spectral_norm(name, A, ord, d0, d1, keepdim, dtype)
     if isinstance(ord, str):
         if ord != "fro":
             raise RuntimeError(f"{name}: Order {ord} not supported.")
@@ -136,17 +135,33 @@ def matrix_norm_of(name, A, ord, dim, keepdim, dtype):
     return maybe_convert(y, dtypes.to_real(x.dtype))
 
 
+def _spectral_norm(name, A, ord, d0, d1, keepdim, dtype):
+    """Eager's: the singular values of the matrices (dims d0, d1 moved last), summed ('nuc'),
+    their max (2) or min (-2); float16/bfloat16 refused."""
+    if A.dtype in (torch.float16, torch.bfloat16, torch.complex32):
+        raise RuntimeError(f"{name}: Low precision dtypes not supported. Got "
+                           f"{dtypes.scalar_type_name(A.dtype)}")
+    x = _with_dtype(name, A, dtype)
+    order = (*(i for i in range(x.ndim) if i not in (d0, d1)), d0, d1)
+    s = prims.svdvals(prims.permute(x, order))
+    last = (s.ndim - 1,)
+    y = prims.sum(s, last) if ord == "nuc" else (prims.amax if ord > 0 else prims.amin)(s, last)
+    if keepdim:  # eager's reduction with keepdim, unsqueeze(-1), the dims moved back
+        y = prims.unsqueeze(prims.unsqueeze(y, y.ndim), y.ndim + 1)
+        y = prims.permute(y, tuple(order.index(i) for i in range(x.ndim)))
+    return y
+
+
 @ref(module=MODULE, declines=_spectral_declines)
 def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=None):
-    """'fro', 1, -1, inf or -inf norm of the matrices over dim (2, -2, 'nuc' declined)."""
+    """'fro', 1, -1, inf, -inf, 2, -2 or 'nuc' norm of the matrices over dim."""
     M.require_tensors("linalg_matrix_norm", A=A)
     M.no_out("linalg.matrix_norm", out)
     return matrix_norm_of("linalg.matrix_norm", A, ord, dim, keepdim, dtype)
 
 
 def _norm_declines(A, ord=None, dim=None, keepdim=False, *, dtype=None, out=None):
-    return out is not None or ord in SPECTRAL and is_tensor(A) and (
-        (dim is None and A.ndim == 2) or (isinstance(dim, (tuple, list)) and len(dim) == 2))
+    return out is not None
 
 
 @ref(module=MODULE, declines=_norm_declines)
@@ -194,6 +209,31 @@ def cross(input, other, *, dim=-1, out=None):
     M.require_tensors("linalg_cross", input=input, other=other)
     M.no_out("linalg.cross", out)
     return M.cross_product("linalg.cross", input, other, dim)
+
+
+def _svd_declines(A, *args, driver=None, out=None, **kwargs):
+    return out is not None or driver is not None
+
+
+@ref(module=MODULE, declines=_svd_declines)
+def svd(A, full_matrices=True, *, driver=None, out=None):
+    """(U, S, Vh) with A = U diag(S) Vh: ``prims.svd`` (LAPACK through torch); driver= (CUDA
+    only) and out= are declined."""
+    M.require_tensors("linalg_svd", A=A)
+    M.no_out("linalg.svd", out)
+    if driver is not None:
+        raise NotImplementedError("primtrace: linalg.svd(driver=) has no ref; torch runs it")
+    return torch.return_types.linalg_svd(prims.svd(A, bool(concrete(full_matrices))))
+
+
+@ref(module=MODULE, declines=_svd_declines)
+def svdvals(A, *, driver=None, out=None):
+    """The singular values of the matrices, descending: ``prims.svdvals``."""
+    M.require_tensors("linalg_svdvals", A=A)
+    M.no_out("linalg.svdvals", out)
+    if driver is not None:
+        raise NotImplementedError("primtrace: linalg.svdvals(driver=) has no ref; torch runs it")
+    return prims.svdvals(A)
 
 
 @ref(module=MODULE)

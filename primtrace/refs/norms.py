@@ -38,7 +38,9 @@ def logsumexp(input, dim, keepdim=False, *, out=None):
     if x.numel() == 0:
         y = prims.log(prims.sum(prims.exp(x), dims))
     elif not dims:
-        y = x  # log(exp(x - m)) + m with m = x: x itself (inf and NaN included)
+        # log(exp(x - m)) + m with m = x: x's values (inf and NaN included), in a new
+        # tensor: a reduction's result never aliases its input
+        y = prims.clone(x)
     else:
         kept = tuple(i for i in range(x.ndim) if i not in dims)
         m = prims.amax(x, dims)
@@ -49,21 +51,23 @@ def logsumexp(input, dim, keepdim=False, *, out=None):
 
 
 def _norm_declines(input, p="fro", dim=None, keepdim=False, out=None, dtype=None):
-    return out is not None or p == "nuc" or (p == "fro" and isinstance(dim, (tuple, list))
-                                             and len(dim) > 2)
+    return out is not None or (p == "fro" and isinstance(dim, (tuple, list)) and len(dim) > 2)
 
 
 @ref(declines=_norm_declines)
 def norm(input, p="fro", dim=None, keepdim=False, out=None, dtype=None):
     """torch.norm: the vector p-norm over dim (all dims for None); 'fro' is the 2-norm;
-    'nuc' is declined."""
+    another name ('nuc') is linalg.matrix_norm over dim (all dims for None), as eager."""
     M.require_tensors("norm", input=input)
     M.no_out("norm", out)
     if isinstance(dim, int):
         dim = (dim,)
     if isinstance(p, str):
         if p != "fro" or (dim is not None and len(dim) > 2):
-            raise NotImplementedError(f"primtrace: norm(p={p!r}) has no ref; torch runs it")
+            dims = tuple(range(input.ndim)) if dim is None else tuple(dim)
+            if p == "fro":
+                raise NotImplementedError(f"primtrace: norm(p={p!r}) has no ref; torch runs it")
+            return L.matrix_norm_of("linalg.matrix_norm", input, p, dims, keepdim, dtype)
         p = 2
     if p is None:
         p = 2

@@ -107,3 +107,25 @@ def copy_to_self(self, result, inputs=()):
                            f"shape {list(result.shape)}")
     check_overlap(self, inputs)
     return prims.copy_to(self, maybe_convert(result, self.dtype))
+
+
+def write_where(self, mask, fill, name, inputs=()):
+    """The epilogue of an in-place fill (masked_fill_, index_fill_): `fill` written into self
+    where `mask` (self's shape) is True, and only there. An expanded self (a stride-0 dim of
+    size > 1) is written as eager does, with its deprecation warning: each memory location
+    stands for several elements and takes `fill` where any of them is masked."""
+    shape = tuple(self.shape)
+    expanded = tuple(d for d, (n, s) in enumerate(zip(shape, self.stride())) if s == 0 and n > 1)
+    if not expanded:
+        check_overlap(self, inputs)
+        return prims.copy_to(self, prims.where(mask, fill, self))
+    warnings.warn(f"Use of {name} on expanded tensors is deprecated. Please clone() the tensor "
+                  "before performing this operation. This also applies to advanced indexing "
+                  "e.g. tensor[mask] = scalar", UserWarning, stacklevel=4)
+    stops = [1 if d in expanded else n for d, n in enumerate(shape)]
+    target = prims.slice(self, [0] * len(shape), stops, [1] * len(shape))
+    check_overlap(target, [t for t in inputs if t is not self])
+    kept = tuple(d for d in range(len(shape)) if d not in expanded)
+    any_masked = prims.broadcast_in_dim(prims.amax(mask, expanded), tuple(target.shape), kept)
+    prims.copy_to(target, prims.where(any_masked, fill, target))
+    return self

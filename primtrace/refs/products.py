@@ -11,14 +11,17 @@ dtype where the generic out= would cast): the tracer leaves such calls to torch.
 """
 from __future__ import annotations
 
+import math
 import warnings
 
 import torch
 
 from primtrace import dtypes, prims
+from primtrace.prims.linalg import matmul_shape
 from primtrace.refs.core import broadcast, broadcast_shapes, exports, is_tensor, maybe_convert, ref
 from primtrace.refs.reductions import wrap_dim
-from primtrace.refs.scalars import concrete, scalar_to, type_name
+from primtrace.refs.creation import filled
+from primtrace.refs.scalars import concrete, python_zero, scalar_to, type_name
 
 
 def declines_out(*args, out=None, **kwargs) -> bool:
@@ -80,6 +83,9 @@ def matmul(input, other, *, out=None):
                            f"{input.ndim}D and {other.ndim}D")
     if input.ndim == 1 and other.ndim == 1:
         return _dot("dot", input, other)
+    if input.dtype != other.dtype and other.ndim >= 3 and input.ndim >= 2:
+        return _bmm_without_kernel(input, other, matmul_shape(tuple(input.shape),
+                                                              tuple(other.shape)))
     if input.dtype != other.dtype:
         raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: "
                            f"{dtypes.c_type_name(input.dtype)} != {dtypes.c_type_name(other.dtype)}")
@@ -133,15 +139,28 @@ def _mm(message, a, b):
     return prims.matmul(a, b)
 
 
-def _check_bmm(a, b, names=("batch1", "batch2")):
+def _check_bmm_shapes(a, b, names=("batch1", "batch2")):
     _require_ndim(f"{names[0]} must be a 3D tensor", a, 3)
     _require_ndim(f"{names[1]} must be a 3D tensor", b, 3)
     if a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
         raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: "
                            f"[{a.shape[0]}, {a.shape[2]}] but got: [{b.shape[0]}, {b.shape[1]}].")
+
+
+def _check_bmm(a, b):
+    _check_bmm_shapes(a, b)
     if a.dtype != b.dtype:
-        raise RuntimeError(f"expected scalar type {_short(a.dtype)} but found {_short(b.dtype)}")
+        _bmm_without_kernel(a, b, (a.shape[0], a.shape[1], b.shape[2]))
     _not_bool("bmm", a, b)
+
+
+def _bmm_without_kernel(a, b, shape):
+    """Eager's bmm (and matmul's batched path) of two dtypes: it runs no kernel, and checks
+    no dtypes, for an empty result or an empty contraction, and returns zeros of b's dtype
+    (the result is allocated like batch2); otherwise its kernel refuses the pair."""
+    if a.shape[-1] and math.prod(shape):
+        raise RuntimeError(f"expected scalar type {_short(a.dtype)} but found {_short(b.dtype)}")
+    return filled(tuple(shape), python_zero(b.dtype), b.dtype, b.device)
 
 
 @ref(declines=declines_out)
@@ -150,6 +169,8 @@ def bmm(input, mat2, *, out=None):
     require_tensors("bmm", input=input, mat2=mat2)
     no_out("bmm", out)
     _check_bmm(input, mat2)
+    if input.dtype != mat2.dtype:
+        return _bmm_without_kernel(input, mat2, (input.shape[0], input.shape[1], mat2.shape[2]))
     return prims.matmul(input, mat2)
 
 
@@ -295,7 +316,10 @@ def baddbmm(input, batch1, batch2, *, beta=1, alpha=1, out=None):
     _check_batched_input(input, batch1, batch2)
     shape = (batch1.shape[0], batch1.shape[1], batch2.shape[2])
     _check_input_shape(input, shape)
-    return scaled_sum(input, prims.matmul, (batch1, batch2), beta, alpha, shape, batch1.dtype)
+    # batch1 and batch2 of two dtypes: only where eager runs no kernel (_bmm_without_kernel),
+    # and its result, allocated like batch2, is beta * input in batch2's dtype
+    return scaled_sum(input, prims.matmul, maybe_convert((batch1, batch2), batch2.dtype), beta,
+                      alpha, shape, batch2.dtype)
 
 
 def _batch_sum(a, b):
@@ -307,11 +331,18 @@ def addbmm(input, batch1, batch2, *, beta=1, alpha=1, out=None):
     """beta * input + alpha * (sum over the batch of batch1[i] @ batch2[i])."""
     require_tensors("addbmm", input=input, batch1=batch1, batch2=batch2)
     no_out("addbmm", out)
-    _check_bmm(batch1, batch2)
-    _check_batched_input(input, batch1, batch2)
+    _check_bmm_shapes(batch1, batch2)
+    if batch1.shape[0]:  # eager's addmm of the batches folded: its dtype checks
+        for name, a in (("self", input), ("mat1", batch1)):
+            if a.dtype != batch2.dtype:
+                raise RuntimeError(f"{name} and mat2 must have the same dtype, but got "
+                                   f"{_short(a.dtype)} and {_short(batch2.dtype)}")
+        _not_bool("bmm", batch1, batch2)
     shape = (batch1.shape[1], batch2.shape[2])
     _check_input_shape(input, shape)
-    return scaled_sum(input, _batch_sum, (batch1, batch2), beta, alpha, shape, batch1.dtype)
+    # no batch: beta * input in input's dtype, whatever the batches' dtypes (no kernel runs)
+    return scaled_sum(input, _batch_sum, maybe_convert((batch1, batch2), input.dtype), beta,
+                      alpha, shape, input.dtype)
 
 
 @ref(declines=declines_out)

@@ -227,14 +227,32 @@ def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
 
 
 def _with_mean(input, dims, correction, keepdim, *, root):
-    """(var or std, mean). Eager computes both in one Welford pass, whose running mean turns
-    an infinite mean into NaN (inf + (x - inf) / n): where the variance is NaN and the mean
-    infinite, the mean is NaN here too."""
+    """(var or std, mean), the mean with the infinities of eager's Welford pass."""
     spread = _var(input, dims, correction, root=root)
-    mean = _mean(input, dims, input.dtype)
-    welford_nan = prims.bitwise_and(prims.isinf(mean), prims.isnan(spread))
-    mean = prims.where(welford_nan, float("nan"), mean)
+    if input.dtype.is_complex:  # eager runs Welford on the real and imaginary parts
+        parts = (prims.real(input), prims.imag(input))
+        mean = prims.complex(*(_welford_mean(part, dims) for part in parts))
+    else:
+        mean = _welford_mean(input, dims)
     return (keep_dims(spread, input, dims, keepdim), keep_dims(mean, input, dims, keepdim))
+
+
+def _welford_mean(input, dims):
+    """Eager's var_mean/std_mean mean is a Welford running mean, m += (x - m) / n (and the
+    merge of partial ones, m_a + (m_b - m_a) * n_b / n): an infinite x makes m infinite,
+    and any later x makes it NaN (inf - inf or inf + (finite - inf) / n). So the mean is
+    infinite only where the one infinite element is the last one visited (every reduced
+    index at its end, whatever the loop order), NaN where there is any other infinity."""
+    mean = _mean(input, dims, input.dtype)
+    if builtins.any(input.shape[d] == 0 for d in dims):
+        return mean  # nothing to visit: no infinity
+    count = prims.sum(prims.convert_element_type(prims.isinf(input), torch.int64), dims)
+    last = prims.slice(input, [n - 1 if d in dims else 0 for d, n in enumerate(input.shape)],
+                       list(input.shape), [1] * input.ndim)
+    last = prims.squeeze(last, dims)
+    finite_or_last = prims.bitwise_or(prims.eq(count, 0), prims.bitwise_and(
+        prims.eq(count, 1), prims.isinf(last)))
+    return prims.where(finite_or_last, mean, float("nan"))
 
 
 # --- amax, amin ----------------------------------------------------------------------------------

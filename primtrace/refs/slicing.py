@@ -12,7 +12,7 @@ import operator
 
 import torch
 
-from primtrace import prims
+from primtrace import dtypes, prims
 from primtrace.ir.strides import contiguous_strides
 from primtrace.refs import views as _views
 from primtrace.refs.core import exports, is_tensor, ref
@@ -33,18 +33,21 @@ def select_dim(input, dim, index):
     return prims.squeeze(slice_dim(input, dim, index, index + 1), (dim,))
 
 
-def _narrow_declines(input, dim, start, length) -> bool:
-    return is_tensor(start)
-
-
-@ref(declines=_narrow_declines)
+@ref
 def narrow(input, dim, start, length):
     """input[..., start:start + length, ...] along `dim` (start may be negative): a view."""
     require_tensor("narrow", input)
     if input.ndim == 0:
         raise RuntimeError("narrow() cannot be applied to a 0-dim tensor.")
     d = wrap(as_int("narrow", "dim", dim, 2), input.ndim)
-    start, length = as_int("narrow", "start", start, 3), as_int("narrow", "length", length, 4)
+    if is_tensor(start):  # eager reads it (item()): a proxy's value is unknown while tracing
+        if start.ndim or start.dtype.is_floating_point or start.dtype.is_complex or \
+                start.dtype is torch.bool:
+            raise RuntimeError("start must be an 0-dim integral Tensor.")
+        start = operator.index(start)
+    else:
+        start = as_int("narrow", "start", start, 3)
+    length = as_int("narrow", "length", length, 4)
     if length < 0:
         raise RuntimeError("narrow(): length must be non-negative.")
     n = input.shape[d]
@@ -156,16 +159,21 @@ def chunk(input, chunks, dim=0):
     return pieces(input, d, split_sizes(n, size))
 
 
-def _tensor_split_declines(input, indices_or_sections, dim=0) -> bool:
-    return is_tensor(indices_or_sections)
-
-
 def tensor_split_views(name, input, sections, dim) -> tuple:
     if input.ndim == 0:
         raise RuntimeError(f"{name} expected at least a 1-dimensional tensor, but got a tensor "
                            f"with 0 dims")
     d = wrap(as_int(name, "dim", dim, 3), input.ndim)
     n = input.shape[d]
+    if is_tensor(sections):  # eager reads its values (a proxy's raise while tracing)
+        if sections.dtype is not torch.int64:
+            raise RuntimeError(f"tensor_split expected tensor_indices_or_sections to have dtype "
+                               f"of long, but got {dtypes.scalar_type_name(sections.dtype)}")
+        if sections.ndim > 1:
+            raise RuntimeError(f"tensor_split expected tensor_indices_or_sections to be a "
+                               f"zero-dimensional or one-dimensional tensor, but got a tensor "
+                               f"with {sections.ndim} dims")
+        sections = sections.tolist()
     if isinstance(sections, SEQUENCE):
         bounds = [0, *(min(max(i if i >= 0 else i + n, 0), n)
                        for i in int_list(name, "indices", (sections,), 2)), n]
@@ -177,7 +185,7 @@ def tensor_split_views(name, input, sections, dim) -> tuple:
     return pieces(input, d, sizes)
 
 
-@ref(declines=_tensor_split_declines)
+@ref
 def tensor_split(input, indices_or_sections, dim=0):
     """Views: `sections` nearly equal parts, or the parts between `indices` (clamped)."""
     require_tensor("tensor_split", input)
@@ -191,7 +199,11 @@ def _directional_split(name, min_dims, dim_of):
             raise RuntimeError(f"torch.{name} requires a tensor with at least {min_dims} "
                                f"dimension, but got a tensor with {input.ndim} dimensions!")
         d = dim_of(input.ndim)
-        if not isinstance(indices_or_sections, SEQUENCE) and not is_tensor(indices_or_sections):
+        if is_tensor(indices_or_sections):  # unlike tensor_split's, eager's parser refuses it
+            raise TypeError(f"{name}() received an invalid combination of arguments - got "
+                            f"(Tensor, Tensor), but expected one of: (Tensor input, int sections), "
+                            f"(Tensor input, tuple of ints indices)")
+        if not isinstance(indices_or_sections, SEQUENCE):
             k = as_int(name, "sections", indices_or_sections, 2)
             if k != 0 and input.shape[d] % k:
                 raise RuntimeError(f"torch.{name} attempted to split along dimension {d}, but "
@@ -200,7 +212,7 @@ def _directional_split(name, min_dims, dim_of):
         return tensor_split_views("tensor_split", input, indices_or_sections, d)
     run.__name__ = name
     run.__doc__ = f"torch.{name}: tensor_split along dim {dim_of(2)} (of a 2-d input)."
-    return ref(run, declines=_tensor_split_declines)
+    return ref(run)
 
 
 hsplit = _directional_split("hsplit", 1, lambda ndim: 1 if ndim > 1 else 0)

@@ -11,11 +11,12 @@ import torch
 
 from primtrace import dtypes, prims
 from primtrace.ir.strides import contiguous_strides
+from primtrace.refs.conversion import allocated_as_eager
 from primtrace.refs.checks import check_fits, check_out_dtype, not_implemented, without_complex32
 from primtrace.refs.core import (broadcast, broadcast_shapes, elementwise, exact_add, exact_sub,
                                  exports, is_number, is_tensor, maybe_convert, ref, to_tensor)
 from primtrace.refs.creation import as_nodes, filled
-from primtrace.refs.out import copy_to_out
+from primtrace.refs.out import copy_to_out, write_where
 from primtrace.refs.promotion import DEFAULT, NO_OPMATH, result_type
 from primtrace.refs.scalars import python_zero
 
@@ -220,20 +221,37 @@ def _masked_fill_check(input, mask, value):
         raise TypeError(f"masked_fill(): argument 'value' must be Number, not {type(value).__name__}")
 
 
-@ref(inplace=True)
+@ref
 def masked_fill(input, mask, value):
     """`value` where mask is True, else input; the result keeps input's dtype (no promotion)
-    and has the broadcast shape of input and mask."""
+    and has the broadcast shape of input and mask, contiguous (eager fills a contiguous
+    clone)."""
     _masked_fill_check(input, mask, value)
     shape = broadcast_shapes(tuple(input.shape), tuple(mask.shape))
     fill = maybe_convert(value, input.dtype) if is_tensor(value) else to_tensor(
         value, input.dtype, input.device)
-    return prims.where(broadcast(mask, shape), fill, broadcast(input, shape))
+    filled_in = prims.where(broadcast(mask, shape), fill, broadcast(input, shape))
+    return allocated_as_eager(filled_in, torch.contiguous_format)
+
+
+@ref
+def masked_fill_(input, mask, value):
+    """masked_fill written into input: only the masked elements are written (so an expanded
+    input is written as eager writes it, see ``write_where``)."""
+    _masked_fill_check(input, mask, value)
+    shape = broadcast_shapes(tuple(input.shape), tuple(mask.shape))
+    if shape != tuple(input.shape):
+        raise RuntimeError(f"output with shape {list(input.shape)} doesn't match the broadcast "
+                           f"shape {list(shape)}")
+    fill = maybe_convert(value, input.dtype) if is_tensor(value) else to_tensor(
+        value, input.dtype, input.device)
+    return write_where(input, broadcast(mask, shape), fill, "masked_fill_", (input, mask))
 
 
 # --- tril, triu: where by position -------------------------------------------------------------
 def _triangle(name, lower):
-    def body(input, diagonal=0, *, out=None):
+    def zeroed(input, diagonal, out=None):
+        """The checks, then the bool tensor of input's shape that is True where it is zeroed."""
         _require_tensors(name, input=input)
         if input.ndim < 2:
             raise RuntimeError(f"{name}: input tensor must have at least 2 dimensions")
@@ -250,10 +268,13 @@ def _triangle(name, lower):
             col = prims.broadcast_in_dim(prims.iota(cols, start=0, step=1, dtype=torch.int64,
                                                     device=device), (rows, cols), (1,))
         offset = prims.sub(col, row)
-        keep = prims.le(offset, diagonal) if lower else prims.ge(offset, diagonal)
-        keep = prims.broadcast_in_dim(keep, shape, (len(shape) - 2, len(shape) - 1))
-        zero = python_zero(input.dtype)
-        result = prims.where(keep, input, zero)
+        zero = prims.gt(offset, diagonal) if lower else prims.lt(offset, diagonal)
+        return prims.broadcast_in_dim(zero, shape, (len(shape) - 2, len(shape) - 1))
+
+    def body(input, diagonal=0, *, out=None):
+        mask = zeroed(input, diagonal, out)
+        shape, device, zero = tuple(input.shape), input.device, python_zero(input.dtype)
+        result = prims.where(mask, zero, input)
         if out is not None:
             return copy_to_out(out, result, (input,))
         if tuple(result.stride()) != contiguous_strides(shape):  # eager's result is contiguous
@@ -262,9 +283,16 @@ def _triangle(name, lower):
     body.__name__ = body.__qualname__ = name
     body.__doc__ = (f"input with the elements {'above' if lower else 'below'} the diagonal-th "
                     f"diagonal of its last two dimensions set to 0 (a contiguous result).")
-    return ref(body, inplace=True)
+
+    def body_(input, diagonal=0):
+        return write_where(input, zeroed(input, diagonal), python_zero(input.dtype), name + "_",
+                           (input,))
+    body_.__name__ = body_.__qualname__ = name + "_"
+    body_.__doc__ = (f"{name} written into input: only the zeroed elements are written (an "
+                     "expanded input as eager writes it).")
+    return ref(body), ref(body_)
 
 
-tril, triu = _triangle("tril", lower=True), _triangle("triu", lower=False)
+(tril, tril_), (triu, triu_) = _triangle("tril", lower=True), _triangle("triu", lower=False)
 
 __all__ = exports(globals())

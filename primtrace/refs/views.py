@@ -224,6 +224,7 @@ def _matrix_transpose(name):
 #: properties: the tracer names x.T "T.__get__" (mapping.torch_name)
 _PROPERTIES = {"T.__get__": _T, "H.__get__": _H, "mT.__get__": _matrix_transpose("mT"),
                "mH.__get__": _matrix_transpose("mH")}
+T, H, mT, mH = (_PROPERTIES[f"{name}.__get__"] for name in ("T", "H", "mT", "mH"))  # refs.T(x)
 
 
 def _movedim_dims(name, dims, position) -> tuple:

@@ -320,15 +320,11 @@ def test_pass_rule_where_eager_is_nan():
     assert values_match(torch.tensor([-INF, 1.0]), eager, reference) is not None
 
 
-def test_prelu_of_a_0_dim_input_with_a_1_d_weight_is_left_to_torch():
-    """eager reshapes the weight to 0-dim; no prim reshapes, so the tracer leaves the call to
-    torch (and the ref says so)."""
+def test_prelu_of_a_0_dim_input_with_a_1_d_weight():
+    """eager reshapes the weight to 0-dim: the ref squeezes it (a view), traced or not."""
     import primtrace
-    x, w = torch.tensor(-2.0), torch.tensor([0.25])
-    with pytest.raises(NotImplementedError):
-        RF.prelu(x, w)
-    jfn = primtrace.jit(lambda x, w: F.prelu(x, w))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", primtrace.OpaqueOpWarning)
-        assert torch.equal(jfn(x, w), F.prelu(x, w))
-    assert [n.symbol.kind for n in primtrace.last_traces(jfn)[0].nodes] == ["opaque"]
+    for x in (torch.tensor(-2.0), torch.tensor(3.0)):
+        w = torch.tensor([0.25])
+        expected = F.prelu(x, w)
+        for got in (RF.prelu(x, w), primtrace.jit(lambda x, w: F.prelu(x, w))(x, w)):
+            assert got.shape == expected.shape and torch.equal(got, expected)

@@ -24,6 +24,7 @@ from primtrace import dtypes, prims
 from primtrace import refs   # refs.add...: module attributes, so this module exports no other refs
 from primtrace.ir.strides import matches_dense
 from primtrace.refs import products as P
+from primtrace.refs.conversion import allocated_as_eager, suggest_memory_format
 from primtrace.refs.core import broadcast, broadcast_shapes, exports, is_tensor, maybe_convert, ref
 from primtrace.refs.creation import as_nodes
 from primtrace.refs.linalg import p_norm, vector_norm_of
@@ -43,6 +44,8 @@ def _tensors(name, **named):
 
 
 def _contiguous(t) -> bool:
+    if t.numel() == 0:
+        return True  # eager: an empty tensor is contiguous whatever its strides
     expected = 1
     for size, stride in reversed(list(zip(t.shape, t.stride()))):
         if size != 1 and stride != expected:
@@ -297,8 +300,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     computation = dtypes.opmath(query.dtype)
     q, k, v = (maybe_convert(t, computation) for t in (query, key, value))
     e = query.shape[-1]
-    factor = float(concrete(scale)) if scale is not None else 1.0 / math.sqrt(e)
-    scores = prims.mul(prims.matmul(q, P.transpose(k)), factor)
+    scores = prims.matmul(q, P.transpose(k))
+    if e:  # eager scales q and k, not the scores: with E = 0 they are 0 whatever the scale
+        factor = float(concrete(scale)) if scale is not None else 1.0 / math.sqrt(e)
+        scores = prims.mul(scores, factor)
     shape = tuple(scores.shape)
     if is_causal:
         rows, cols = shape[-2], shape[-1]
@@ -414,7 +419,13 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     alpha = invstd if w is None else prims.mul(invstd, w)
     beta = prims.neg(prims.mul(mean, alpha)) if b is None else prims.sub(b, prims.mul(mean, alpha))
     y = prims.add(prims.mul(x, _channel(alpha, x, computation)), _channel(beta, x, computation))
-    return maybe_convert(y, input.dtype)
+    return _suggested_layout(maybe_convert(y, input.dtype), input)
+
+
+def _suggested_layout(y, input):
+    """Eager's CPU batch_norm and group_norm allocate their result in the input's
+    suggest_memory_format() (channels_last stays so, any other layout becomes contiguous)."""
+    return allocated_as_eager(y, suggest_memory_format(input))
 
 
 def _update_running(running_mean, running_var, mean, var, count, momentum):
@@ -489,7 +500,7 @@ def group_norm_parts(input, groups, weight, bias, eps):
     if bias is not None:
         beta = prims.add(beta, _channel(bias, x, computation))
     y = maybe_convert(prims.add(prims.mul(x, alpha), beta), input.dtype)
-    return y, mean, invstd
+    return _suggested_layout(y, input), mean, invstd
 
 
 # --- distances -------------------------------------------------------------------------------

@@ -344,17 +344,12 @@ def _prelu_slope(input, weight):
     dispatch("prelu_cpu", FLOATS)(input)
     if weight.ndim == 0:
         return weight
-    if input.ndim == 0:
-        raise NotImplementedError("primtrace: prelu of a 0-dim input with a 1-d weight needs the "
-                                  "weight as a 0-dim tensor, which no prim makes; torch makes it")
+    if input.ndim == 0:  # a one-element weight, as a 0-dim view
+        return prims.squeeze(weight, (0,))
     return prims.broadcast_in_dim(weight, tuple(input.shape), (1 if input.ndim > 1 else 0,))
 
 
-def _prelu_declines(input, weight) -> bool:
-    return is_tensor(input) and is_tensor(weight) and input.ndim == 0 and weight.ndim == 1
-
-
-@ref(module=MODULE, declines=_prelu_declines)
+@ref(module=MODULE)
 def prelu(input, weight):
     """x where x > 0, else weight * x, with one weight per channel (dim 1 of input); input
     and weight must share a float dtype (no promotion)."""

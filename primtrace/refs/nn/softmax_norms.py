@@ -23,6 +23,7 @@ import torch
 
 from primtrace import dtypes, prims
 from primtrace.refs import reductions as R
+from primtrace.refs.conversion import allocated_as_eager, suggest_memory_format
 from primtrace.refs.core import broadcast, exports, is_tensor, maybe_convert, ref
 from primtrace.refs.scalars import type_name
 
@@ -108,7 +109,7 @@ def _softmax(name, input, dim, dtype, stacklevel=3):
     if x.numel() == 0:
         return _empty(x, result)
     _, exp, total = _shifted(x, dims)
-    return maybe_convert(prims.div(exp, total), result)
+    return _contiguous(maybe_convert(prims.div(exp, total), result))
 
 
 @ref(module=MODULE, declines=_dim_none_declines)
@@ -124,7 +125,7 @@ def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
     if x.numel() == 0:
         return _empty(x, result)
     shifted, _, total = _shifted(x, dims)
-    return maybe_convert(prims.sub(shifted, prims.log(total)), result)
+    return _contiguous(maybe_convert(prims.sub(shifted, prims.log(total)), result))
 
 
 @ref(module=MODULE, declines=_dim_none_declines)
@@ -203,7 +204,12 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     var = keep(prims.var(x, dims, correction=0), x, dims)
     rstd = prims.rsqrt(prims.add(var, float(eps)))
     y = prims.mul(prims.sub(x, mean), rstd)
-    return maybe_convert(_affine(y, x, weight, bias, computation), input.dtype)
+    return _contiguous(maybe_convert(_affine(y, x, weight, bias, computation), input.dtype))
+
+
+def _contiguous(y):
+    """Eager's CPU softmax and layer_norm kernels write a contiguous result."""
+    return allocated_as_eager(y, torch.contiguous_format)
 
 
 def _count(x, dims):
@@ -240,7 +246,8 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     if weight is not None:
         from primtrace.refs import mul
         y = mul(y, weight)
-    return maybe_convert(y, input.dtype)
+    # eager's CPU kernel writes the input's suggested memory format (channels_last kept)
+    return allocated_as_eager(maybe_convert(y, input.dtype), suggest_memory_format(input))
 
 
 __all__ = exports(globals(), MODULE)
