@@ -26,8 +26,12 @@ class LoweringError(RuntimeError):
     """No executor claims a node, or a fusion executor returned an invalid region."""
 
 
-def lower(trace: Trace, executors: list[Executor]) -> Trace:
-    """The execution trace of `trace`: every node claimed by exactly one of `executors`."""
+def lower(trace: Trace, executors: list[Executor], put_back: bool = True) -> Trace:
+    """The execution trace of `trace`: every node claimed by exactly one of `executors`.
+
+    `put_back=False` compiles every region, even one torch call an executor declines to
+    fuse: lowering falls back to it where a call put back would close a cycle (the call
+    reads its own arguments, which the prims may not: a twin CSE made, say)."""
     nodes = list(trace.nodes)
     position = {id(n): i for i, n in enumerate(nodes)}
     owner: dict[int, Executor] = {}
@@ -48,7 +52,7 @@ def lower(trace: Trace, executors: list[Executor]) -> Trace:
                 # its prims' values (after CSE, a value another call's prims made)
                 _check_region(view, ex, region, position, owner)
                 call = single_call(region, nodes, trace.inputs, hidden)
-                if call is not None and not ex.fuse_single_call(region):
+                if put_back and call is not None and not ex.fuse_single_call(region):
                     _note_effect_free(call, region.nodes, effect_free)
                     nodes = _replace(nodes, region.nodes, call)
                     position = {id(n): i for i, n in enumerate(nodes)}
@@ -71,7 +75,7 @@ def lower(trace: Trace, executors: list[Executor]) -> Trace:
 
     # one unit per region or unfused node; schedule the units topologically
     unit_of: dict[int, int] = {}
-    units: list[Node] = []
+    units: list = []
     counters: dict[str, int] = {}
     region_of = {id(n): k for k, (_, r) in enumerate(regions) for n in r.nodes}
     fused_unit: dict[int, int] = {}
@@ -87,7 +91,7 @@ def lower(trace: Trace, executors: list[Executor]) -> Trace:
             index = counters.get(ex.name, 0)
             counters[ex.name] = index + 1
             fused_unit[k] = unit_of[i] = len(units)
-            units.append(_fused_node(ex, region, index))
+            units.append((ex, region, index))   # compiled once the schedule exists
     lowering = trace.derive(nodes, "lowering")  # with any calls put back
     lowering.tags["effect_free"] = frozenset(effect_free)
     g = dependency_graph(lowering)
@@ -98,8 +102,11 @@ def lower(trace: Trace, executors: list[Executor]) -> Trace:
     try:
         order = list(nx.lexicographical_topological_sort(contracted, key=lambda u: u))
     except nx.NetworkXUnfeasible:
+        if put_back:
+            return lower(trace, executors, put_back=False)
         raise LoweringError("the fusion regions form a cycle with the rest of the trace "
                             "(a region both feeds and waits for a node outside it)") from None
+    units = [_fused_node(*u) if isinstance(u, tuple) else u for u in units]
     execution = trace.derive([units[u] for u in order], "execution")
     if notes:
         execution.tags["notes"] = notes

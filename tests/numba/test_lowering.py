@@ -35,6 +35,12 @@ def test_a_call_put_back_does_not_read_a_value_a_region_keeps_in_registers():
     check_against_eager(_jit(f), f, a, b, c, d)
     check_against_eager(_jit(lambda *x: f(*x)[0]), lambda *x: f(*x)[0], a, b, c, d)
 
+    def g(c, d):   # the minimal form: the division alone is put back as torch.div
+        v0 = torch.minimum(c, d)
+        return v0 / torch.sigmoid(v0).cumsum(0)
+
+    check_against_eager(_jit(g), g, c, d)
+
 
 def test_a_call_put_back_is_not_ordered_against_writes_and_opaque_calls():
     # logsumexp run as the torch call is as pure as its prims: ordering it against the

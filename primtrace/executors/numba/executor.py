@@ -9,7 +9,8 @@ same cycle check) with what one elementwise kernel needs:
   makes it, for free, and the consumer reads it with stride 0);
 - ``copy_to`` into a tensor the region receives is a store into it (in place, no copy);
   into a value computed in the region it just forwards the value;
-- a region needs real work (not only views and ``full``);
+- a region needs real work (not only views and ``full``); one whose values nothing
+  observes (an in-place op on a temporary nobody reads) compiles to nothing;
 - a node whose result requires grad (grad mode on) is left to torch, which records the
   backward graph; kernels would return tensors without a ``grad_fn``. The rest still fuses
   (masks, integer math, everything under ``torch.no_grad()``).
