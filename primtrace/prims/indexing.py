@@ -1,5 +1,5 @@
-"""Indexing prims: reads by index (index_select, gather, take) and out-of-place writes by
-index (scatter, index_add, index_copy, index_fill).
+"""Indexing prims: reads by index (index_select, gather, take, index), out-of-place writes by
+index (scatter, index_add, index_copy, index_fill) and the in-place index_put_ (setitem's).
 
 Strict: `dim` is a non-negative int in range, indices are int64 tensors (int32 too where
 eager takes it: index_select, gather, scatter, index_add), written values share the input's
@@ -146,24 +146,28 @@ index = _prim(
 
 
 def _index_put_meta(a, indices, values, accumulate=False):
-    indices = _advanced("index_put", a, indices)
-    if not is_tensor(values) or values.dtype != a.dtype or values.device != a.device or (
-            tuple(values.shape) != advanced_index_shape(tuple(a.shape), indices)):
-        raise PrimContractError("prims.index_put: values must be a tensor of a's dtype, of the "
-                                "shape of a[indices]")
+    indices = _advanced("index_put_", a, indices)
+    if not is_tensor(values) or values.dtype != a.dtype or values.device != a.device:
+        raise PrimContractError("prims.index_put_: values must be a tensor of a's dtype")
+    shape = advanced_index_shape(tuple(a.shape), indices)
+    if values.ndim > len(shape) or any(n not in (1, m) for n, m in
+                                       zip(reversed(values.shape), reversed(shape))):
+        raise PrimContractError("prims.index_put_: values must broadcast to a[indices]'s shape")
     if type(accumulate) is not bool:
-        raise PrimContractError("prims.index_put: accumulate must be a bool")
-    shape = tuple(a.shape)
-    return TensorSpec(shape, a.dtype, a.device, elementwise_strides(shape, [tuple(a.stride())])
-                      if a.ndim else dense_strides(shape))
+        raise PrimContractError("prims.index_put_: accumulate must be a bool")
+    return TensorSpec(tuple(a.shape), a.dtype, a.device, tuple(a.stride()))
 
 
-index_put = _prim(
-    "index_put", _index_put_meta,
-    lambda a, indices, values, accumulate=False: torch.ops.aten.index_put(a, list(indices), values,
-                                                                 accumulate),
-    "A copy of `a` (its memory order kept) with `values` written at a[indices] (added where "
-    "accumulate); the indices as prims.index takes them.")
+def _index_put_impl(a, indices, values, accumulate=False):
+    return torch.ops.aten.index_put_(a, list(indices), values, accumulate)
+
+
+index_put_ = Symbol(
+    "index_put_", kind=SymbolKind.PRIM, meta=_index_put_meta, impl=_index_put_impl,
+    tags=frozenset({"indexing", "inplace"}), module="prims",
+    doc="Write `values` (broadcast) into `a` at a[indices] (added where accumulate), in place, "
+        "as aten.index_put_: eager's checks of the written memory (overlap with values) and of "
+        "the index values run with it; returns a. The indices as prims.index takes them.")
 
 
 # --- writes ----------------------------------------------------------------------------------
@@ -255,5 +259,5 @@ check_indices = Symbol(
         "of its indices, which are data.")
 
 PRIMS = {s.name: s for s in (index_select, gather, take, index, scatter, index_add, index_copy,
-                             index_fill, index_put, check_targets, check_indices)}
+                             index_fill, index_put_, check_targets, check_indices)}
 __all__ = list(PRIMS)

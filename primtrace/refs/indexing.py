@@ -411,8 +411,8 @@ def _setitem_declines(self, index, value) -> bool:
 def _setitem(self, index, value):
     """Tensor.__setitem__ as eager: the basic items give a view of self (refs.slicing), into
     which `value` is copied (cast to self's dtype, leading size-1 dims dropped, broadcast);
-    with integer tensors among the items, index_put writes value (of self's dtype) at them in
-    the view. A number converts to self's dtype as fill_ converts it (overflow is an error)."""
+    with integer tensors among the items, index_put_ writes value (of self's dtype) at them
+    in the view, in place (eager's kernel: its overlap checks and bounds errors). A number converts to self's dtype as fill_ converts it (overflow is an error)."""
     from primtrace.refs.slicing import apply_slicing, index_items
     from primtrace.refs.writes import copy_
     require_tensors("__setitem__", self=self)
@@ -446,10 +446,7 @@ def _setitem(self, index, value):
     if target != shape:
         raise RuntimeError(f"shape mismatch: value tensor of shape {list(value.shape)} cannot be "
                            f"broadcast to indexing result of shape {list(shape)}")
-    if _shape(value) != shape:   # a 0-d value too (refs.core.broadcast keeps it a scalar)
-        value = prims.broadcast_in_dim(value, shape, tuple(range(len(shape) - value.ndim,
-                                                                 len(shape))))
-    prims.copy_to(view, prims.index_put(view, indices, value, False))
+    prims.index_put_(view, indices, value, False)
     return None
 
 

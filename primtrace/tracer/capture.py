@@ -382,12 +382,16 @@ def _stand_in(x, fill, memo):
     return t
 
 
-def _stand_ins(obj, fill, memo):
+def _stand_ins(obj, fill, memo, writes: bool):
+    """`obj` with stand-ins for its proxies; a real tensor is copied where the call writes
+    (its run must not change the user's tensors)."""
     def convert(x):
         if isinstance(x, TensorProxy):
             return _stand_in(x, fill, memo)
         if isinstance(x, NumberProxy):
             return x._read() if x.python_type in (int, bool) else x.value
+        if writes and isinstance(x, torch.Tensor):
+            return x.clone()
         return x
     return tree_map(convert, obj)
 
@@ -398,9 +402,10 @@ def _spec_of(result):
 
 
 def _real_metadata(func, target, args, kwargs, memo, display, where, meta_error):
-    """The call's outputs when torch's meta function refuses arguments its kernel takes
-    (F.grouped_mm's meta takes bf16 only; the CPU kernel float32 too): the real kernel run on
-    stand-ins, real tensors of the inputs' shapes, strides, dtypes and devices holding zeros.
+    """The call's outputs when torch's meta function refuses arguments its kernel takes (as
+    F.grouped_mm's took bf16 only where the CPU kernel takes float32 too, before it had a ref):
+    the real kernel run on stand-ins, real tensors of the inputs' shapes, strides, dtypes and
+    devices holding zeros.
 
     Why real tensors of the same sizes, not smaller ones or a formula: output sizes can depend
     on every input size, and layouts on strides, in ways only the kernel knows; no per-op table
@@ -416,8 +421,9 @@ def _real_metadata(func, target, args, kwargs, memo, display, where, meta_error)
         meta_error.add_note(f"primtrace: raised by torch's meta function of {display}, {where} "
                             f"(inputs over {STAND_IN_BYTES >> 20} MiB are not run on stand-ins)")
         raise meta_error
+    writes = target.inplace or target.name == "__setitem__" or kwargs.get("out") is not None
     try:
-        result = func(*_stand_ins(args, 0, memo), **_stand_ins(kwargs, 0, memo))
+        result = func(*_stand_ins(args, 0, memo, writes), **_stand_ins(kwargs, 0, memo, writes))
     except Exception as e:
         # the kernel refuses these arguments too: its error is eager's (its kind may differ
         # from the meta function's: NotImplementedError for a dtype the kernel lacks)
@@ -425,7 +431,7 @@ def _real_metadata(func, target, args, kwargs, memo, display, where, meta_error)
                    f"zero-filled inputs, {where}")
         raise e from None
     try:
-        again = func(*_stand_ins(args, 1, {}), **_stand_ins(kwargs, 1, {}))
+        again = func(*_stand_ins(args, 1, {}, writes), **_stand_ins(kwargs, 1, {}, writes))
     except Exception:   # ones are not valid values here (indices): the per-call check remains
         again = result
     if _spec_of(again) != _spec_of(result):

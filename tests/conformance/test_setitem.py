@@ -103,3 +103,33 @@ def test_setitem_errors_are_eagers(case):
         _set(x.clone(), index, value)
     with pytest.raises(kind, match=str(eager.value).splitlines()[0][:40].replace("[", ".").replace("]", ".").replace("(", ".").replace(")", ".")):
         primtrace.jit(_jit_set(index))(x.clone(), value)
+
+
+def _overlapping_value(x):
+    x[[1, 2]] = x[0:2]   # the value overlaps the written memory: eager's RuntimeError
+    return x
+
+
+def _into_expanded(x):
+    y = x.expand(3, 4)
+    y[[0, 1]] = torch.arange(4.0)   # eager writes the shared row (and warns)
+    return x * 1
+
+
+@pytest.mark.parametrize("fn", [_overlapping_value, _into_expanded])
+def test_setitem_writes_memory_as_eager(fn):
+    """index_put_ runs in place on the view, as eager: its overlap checks, expanded memory."""
+    x = torch.randn(1, 4) if fn is _into_expanded else torch.randn(4)
+    jx, ex = x.clone(), x.clone()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            expected, error = fn(ex), None
+        except RuntimeError as e:
+            expected, error = None, e
+        if error is not None:
+            with pytest.raises(RuntimeError, match="unsupported operation"):
+                primtrace.jit(fn)(jx)
+            return
+        torch.testing.assert_close(primtrace.jit(fn)(jx), expected)
+    assert torch.equal(jx, ex)
