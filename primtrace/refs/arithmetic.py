@@ -10,7 +10,7 @@ import torch
 
 from primtrace import dtypes, prims
 from primtrace.refs.checks import not_both_numbers, require_tensor, without_complex32
-from primtrace.refs.core import (elementwise, exports, is_number, is_tensor,
+from primtrace.refs.core import (elementwise, exports, is_number, is_tensor, iterator_layout,
                                  maybe_convert, ref, to_tensor)
 from primtrace.refs.out import copy_to_self
 from primtrace.refs.promotion import DEFAULT, INT_TO_FLOAT
@@ -127,7 +127,7 @@ def floor_divide(input, other):
     true_quotient = prims.div(a, b)
     zero = to_tensor(0.0, a.dtype, a.device)
     floor = prims.where(prims.ne(div, 0), floor, prims.copysign(zero, true_quotient))
-    return prims.where(prims.eq(b, 0), true_quotient, floor)
+    return iterator_layout(prims.where(prims.eq(b, 0), true_quotient, floor), a, b)
 
 
 @ref(inplace=True, aliases=("divide",))

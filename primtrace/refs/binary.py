@@ -12,6 +12,7 @@ import torch
 from primtrace import dtypes, prims
 from primtrace.refs import arithmetic
 from primtrace.refs.checks import not_both_numbers, without_complex32
+from primtrace.refs.core import iterator_layout
 from primtrace.refs.core import (broadcast, broadcast_shapes, elementwise, exact_add, exact_sub,
                                  exports, is_tensor, maybe_convert, ref, to_tensor)
 from primtrace.refs.out import copy_to_out
@@ -76,7 +77,7 @@ def xlogy(input, other):
     x, y = _as_tensors(input, other)
     _no_complex_kernel("xlogy", x)
     product = prims.where(prims.eq(x, 0), 0.0, prims.mul(x, prims.log(y)))
-    return prims.where(prims.isnan(y), math.nan, product)
+    return iterator_layout(prims.where(prims.isnan(y), math.nan, product), x, y)
 
 
 @elementwise(DEFAULT, ("input", "other"), scalars=(), checks=[without_complex32("logaddexp_cpu")])

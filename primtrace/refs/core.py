@@ -247,6 +247,22 @@ def elementwise(kind: Kind, promote=("a", "b"), *, scalars=None, numbers=None, p
     return decorate
 
 
+def iterator_layout(y, *operands):
+    """`y` with the strides TensorIterator gives the output of `operands` (tensors of y's
+    shape, broadcast): for a composite body whose inner ops (a where on a mask made from a
+    broadcast operand alone) lay it out otherwise; then it is copied into them."""
+    shape = tuple(y.shape)
+    strides = prims.elementwise_strides(shape, [tuple(v.stride()) for v in operands
+                                                if is_tensor(v) and v.ndim])
+    if tuple(y.stride()) == strides:
+        return y
+    from primtrace.refs.creation import as_nodes
+    with as_nodes():
+        new = prims.full_strided(shape, strides, 0 if y.dtype is not torch.bool else False,
+                                 dtype=y.dtype, device=y.device)
+    return prims.copy_to(new, y)
+
+
 def _bind(signature, args, kwargs) -> dict:
     bound = signature.bind(*args, **kwargs)
     bound.apply_defaults()

@@ -277,8 +277,14 @@ def like(name, input, value, dtype, memory_format):
                         f"{type(input).__name__}")
     dtype, shape = dtype or input.dtype, tuple(input.shape)
     if memory_format is None or memory_format is torch.preserve_format:
-        if input.is_contiguous() or is_tensor(value):
+        if input.is_contiguous():
             return filled(shape, value, dtype, input.device)
+        if is_tensor(value):  # its number is data: written into a tensor of input's order
+            if value.ndim != 0:
+                raise TypeError("full(): argument 'fill_value' (position 2) must be Number, "
+                                "not Tensor")
+            return prims.copy_to(prims.full_like(input, dtypes.python_type(dtype)(0), dtype=dtype),
+                                 prims.broadcast_in_dim(maybe_convert(value, dtype), shape, ()))
         check_fits(value, dtype)
         return prims.full_like(input, value, dtype=dtype)
     return new_in_format(shape, memory_format, value, dtype, input.device)

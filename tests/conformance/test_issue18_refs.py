@@ -4,6 +4,7 @@ meshgrid of 0-dim inputs, writes into expanded tensors, empty matmuls and argume
 from __future__ import annotations
 
 import itertools
+import os
 import warnings
 
 import pytest
@@ -195,6 +196,11 @@ _STRIDE_OPS = {
     "contiguous_add": (lambda x: torch.ones(x.shape) + x, lambda x: refs.add(torch.ones(x.shape), x)),
     "add_broadcast": (lambda x: x + torch.ones(5), lambda x: refs.add(x, torch.ones(5))),
     "mul_self": (lambda x: x * x, lambda x: refs.mul(x, x)),
+    "floor_divide_broadcast": (lambda x: torch.floor_divide(x, torch.full((5,), 0.5)),
+                               lambda x: refs.floor_divide(x, torch.full((5,), 0.5))),
+    "xlogy_broadcast": (lambda x: torch.xlogy(x, torch.full((5,), 0.5)),
+                        lambda x: refs.xlogy(x, torch.full((5,), 0.5))),
+    "full_like_0dim_value": (lambda x: torch.full_like(x, _C0), lambda x: refs.full_like(x, _C0)),
     "eq": (lambda x: x == _C0, lambda x: refs.eq(x, _C0)),
     "pow": (lambda x: x ** 2, lambda x: refs.pow(x, 2)),
     "where": (lambda x: torch.where(x > 0, x, 0.0), lambda x: refs.where(refs.gt(x, 0), x, 0.0)),
@@ -252,6 +258,30 @@ def test_output_strides_match_eager(name):
         got = jitted(x)
         assert got.stride() == expected.stride(), layout
         torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.skipif(not os.environ.get("PRIMTRACE_SLOW"), reason="slow: PRIMTRACE_SLOW=1")
+def test_every_torch_ref_returns_eagers_strides():
+    """Every ref named like a torch function, on one tensor, a tensor and a 0-dim tensor, two
+    tensors or a broadcast one, over the layouts: where eager and the ref both run, the
+    strides are eager's."""
+    from primtrace.ir.symbol import Symbol
+    names = [n for n in dir(refs) if isinstance(getattr(refs, n), Symbol)
+             and not n.endswith("_") and hasattr(torch, n)]
+    bad = set()
+    for name in names:
+        torch_fn, ref_fn = getattr(torch, name), getattr(refs, name)
+        for layout, x in _layouts().items():
+            x = x.abs() + 0.1
+            for args in ((x,), (x, _C0), (_C0, x), (x, x), (x, torch.ones(5))):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    expected, got = (_raised_or_result(f, args) for f in (torch_fn, ref_fn))
+                if (isinstance(expected, torch.Tensor) and isinstance(got, torch.Tensor)
+                        and expected.numel() > 1 and got.shape == expected.shape
+                        and got.stride() != expected.stride()):
+                    bad.add((name, layout, len(args)))
+    assert not bad, sorted(bad)
 
 
 @pytest.mark.parametrize("name", ["softmax", "layer_norm", "batch_norm_train", "masked_fill"])
