@@ -80,8 +80,15 @@ def _dim_none_declines(input, dim=None, _stacklevel=3, dtype=None) -> bool:
 
 
 def _empty(x, dtype):
-    """A new empty tensor of x's shape: eager runs no kernel (and checks no dtype) on nothing."""
-    return prims.full(tuple(x.shape), 0, dtype=dtype, device=x.device)
+    """A new empty tensor of x's shape: eager runs no kernel (and checks no dtype) on nothing.
+    Made from x, not a constant, so that it requires grad where x does (as eager's)."""
+    return _fresh(maybe_convert(x, dtype), x)
+
+
+def _fresh(y, *inputs):
+    """`y`, or a copy of it where it is one of `inputs`: eager's result of an op on an empty
+    tensor is a new tensor, never the input (a view of whose storage the input may be)."""
+    return prims.clone(y) if any(y is t for t in inputs) else y
 
 
 def row_statistics(x, dims):
@@ -199,7 +206,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
             raise RuntimeError("mixed dtype (CPU): expect parameter to have scalar type of Float")
     x = maybe_convert(input, computation)
     if x.numel() == 0:
-        return maybe_convert(_affine(x, x, weight, bias, computation), input.dtype)
+        return _fresh(maybe_convert(_affine(x, x, weight, bias, computation), input.dtype), input, x)
     mean = keep(prims.div(prims.sum(x, dims), float(_count(x, dims))), x, dims)
     var = keep(prims.var(x, dims, correction=0), x, dims)
     rstd = prims.rsqrt(prims.add(var, float(eps)))
@@ -247,7 +254,8 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
         from primtrace.refs import mul
         y = mul(y, weight)
     # eager's CPU kernel writes the input's suggested memory format (channels_last kept)
-    return allocated_as_eager(maybe_convert(y, input.dtype), suggest_memory_format(input))
+    return allocated_as_eager(_fresh(maybe_convert(y, input.dtype), input, x),
+                              suggest_memory_format(input))
 
 
 __all__ = exports(globals(), MODULE)
