@@ -1,0 +1,51 @@
+"""Regressions found by PyTorch's reference list (scripts/opinfo_conformance.py): each case
+compared with eager, through the ref and through primtrace.jit."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import primtrace
+from primtrace import refs
+from tests.conformance.harness import SampleInput, check_sample
+
+
+def _both(torch_fn, ref, *args, **kwargs):
+    sample = SampleInput(args, kwargs, "")
+    for fn in (ref, primtrace.jit(lambda *a, **k: torch_fn(*a, **k))):
+        problem = check_sample(fn, torch_fn, sample)
+        assert problem is None, problem
+
+
+@pytest.mark.parametrize("shape", [(5, 0), (0, 5), (0, 0), (2, 5, 0), (3, 4)])
+@pytest.mark.parametrize("ord", [math.inf, -math.inf, 1, -1])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_matrix_norm_of_empty_matrices(shape, ord, keepdim):
+    """eager's 1/inf norm of no rows or columns is 0; -1/-inf raise amin's IndexError."""
+    x = torch.rand(shape)
+    _both(torch.linalg.matrix_norm, refs.linalg.matrix_norm, x, ord, keepdim=keepdim)
+    if len(shape) == 2:
+        _both(torch.linalg.norm, refs.linalg.norm, x, ord, keepdim=keepdim)
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int16, torch.int32])
+@pytest.mark.parametrize("op", ["cumsum", "cumprod"])
+def test_integer_scan_in_its_own_dtype(op, dtype):
+    """cumsum(x, dim, dtype=int16) scans in int16 (torch's kernel would default to int64)."""
+    x = torch.randint(0, 9, (3, 5, 4)).to(dtype)
+    _both(getattr(torch, op), getattr(refs, op), x, 1, dtype=dtype)
+
+
+def test_take_along_dim_wraps_indices():
+    """take_along_dim with a dim takes indices modulo the size, as eager (-1 is the last)."""
+    x = torch.arange(10.).reshape(2, 5)
+    index = torch.tensor([[12, -12, -7, 7, 100, -100, -1, 0]])
+    _both(torch.take_along_dim, refs.take_along_dim, x, index, 1)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_l1_loss_of_complex(reduction):
+    """|input - target| of complex tensors is real, reduced as eager."""
+    a, b = torch.randn(3, 4, dtype=torch.complex64), torch.randn(3, 4, dtype=torch.complex64)
+    _both(F.l1_loss, refs.nn.functional.l1_loss, a, b, reduction=reduction)
