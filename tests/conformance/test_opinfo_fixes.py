@@ -49,3 +49,16 @@ def test_l1_loss_of_complex(reduction):
     """|input - target| of complex tensors is real, reduced as eager."""
     a, b = torch.randn(3, 4, dtype=torch.complex64), torch.randn(3, 4, dtype=torch.complex64)
     _both(F.l1_loss, refs.nn.functional.l1_loss, a, b, reduction=reduction)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex32, torch.complex64, torch.complex128])
+@pytest.mark.parametrize("part", ["real", "imag"])
+def test_complex_parts_are_views(part, dtype):
+    """x.real and x.imag of a complex tensor share its memory (writes reach x), as eager's."""
+    x = torch.randn(3, 4, dtype=torch.complex64).to(dtype)[:, 1:]
+    for fn in (getattr(refs, part), primtrace.jit(lambda t: getattr(torch, part)(t))):
+        y, e = fn(x), getattr(torch, part)(x)
+        assert y.dtype == e.dtype and y.shape == e.shape and y.stride() == e.stride()
+        assert y.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+        assert y.storage_offset() == e.storage_offset()
+        assert torch.equal(y.to(torch.float64), e.to(torch.float64))
