@@ -65,8 +65,10 @@ def _load_coverage():
     return module
 
 
-def entries(names=None):
-    """(entry name, PythonRefInfo) for the non-FFT entries, in python_ref_db's order."""
+def entries(names=None, exact=False):
+    """(label, entry name, PythonRefInfo) for the non-FFT entries, in python_ref_db's order;
+    the label adds the OpInfo's variant (``div.floor_rounding``). `names` selects by label
+    or name (``div`` selects every div), by label only when `exact`."""
     from torch.testing._internal.common_methods_invocations import python_ref_db
     out = []
     for op in python_ref_db:
@@ -77,29 +79,38 @@ def entries(names=None):
             label = f"{name}.{op.variant_test_name}"
         else:
             label = name
-        if names and name not in names and label not in names:
+        if names and label not in names and (exact or name not in names):
             continue
         out.append((label, name, op))
     return out
 
 
 # --- copies that keep the layout ------------------------------------------------------------
-def _copy_tensor(t: torch.Tensor) -> torch.Tensor:
-    """A copy with the same sizes, strides, offset and storage size (expanded stays expanded)."""
+def _copy_tensor(t: torch.Tensor, storages: dict) -> torch.Tensor:
+    """A copy with the same sizes, strides, offset and storage size (expanded stays expanded);
+    tensors that shared a storage share the copy's (an out= that is an input stays one)."""
     if t.is_conj() or t.is_neg() or t.layout != torch.strided or t.requires_grad:
         return t.clone()
+    storage = t.untyped_storage()
+    key = (storage.data_ptr(), storage.nbytes())
+    if key not in storages or storage.nbytes() == 0:
+        storages[key] = storage.clone()
     new = torch.empty(0, dtype=t.dtype, device=t.device)
-    new.set_(t.untyped_storage().clone(), t.storage_offset(), t.size(), t.stride())
+    new.set_(storages[key], t.storage_offset(), t.size(), t.stride())
     return new
 
 
-def copy_tree(obj):
-    if isinstance(obj, torch.Tensor):
-        return _copy_tensor(obj)
+def copy_tree(obj, storages=None):
+    """A copy of a sample's arguments, with the same layouts and the same aliasing."""
+    storages = {} if storages is None else storages
+    if isinstance(obj, torch.Tensor):  # one object twice (out= an input) stays one object
+        if id(obj) not in storages:
+            storages[id(obj)] = (obj, _copy_tensor(obj, storages))
+        return storages[id(obj)][1]
     if isinstance(obj, (tuple, list)):
-        return type(obj)(copy_tree(x) for x in obj)
+        return type(obj)(copy_tree(x, storages) for x in obj)
     if isinstance(obj, dict):
-        return {k: copy_tree(v) for k, v in obj.items()}
+        return {k: copy_tree(v, storages) for k, v in obj.items()}
     return obj
 
 
@@ -146,8 +157,7 @@ def describe_sample(sample) -> str:
 
 
 def _call(fn, sample):
-    args = copy_tree((sample.input, *sample.args))
-    kwargs = copy_tree(dict(sample.kwargs))
+    args, kwargs = copy_tree(((sample.input, *sample.args), dict(sample.kwargs)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -293,10 +303,10 @@ def make_jit(torch_fn):
 
 
 def run(names=None, dtypes=None, max_samples=None, jit=True, errors=True, verbose=False,
-        out=sys.stdout) -> Stats:
+        out=sys.stdout, exact=False) -> Stats:
     coverage = _load_coverage()
     stats = Stats()
-    for label, name, op in entries(names):
+    for label, name, op in entries(names, exact):
         _, ref = coverage.lookup(name)
         torch_fn = op.torch_opinfo.op
         random = name in NONDETERMINISTIC
@@ -354,6 +364,8 @@ def run(names=None, dtypes=None, max_samples=None, jit=True, errors=True, verbos
                     except Exception as e:  # noqa: BLE001
                         problem = f"checker crashed: {type(e).__name__}: {_first_line(e)}"
                     stats.record(path, label, problem is None, problem, repro)
+                    if problem and verbose:
+                        print(f"    FAIL {path} {repro}: {problem}", file=out)
         line = " ".join(f"{p} {stats.passed[p, label]}/{stats.total[p, label]}" for p in ("refs", "jit")
                         if stats.total[p, label])
         print(f"{label:40s} {line}  ({time.time() - t0:.1f}s)", file=out, flush=True)
