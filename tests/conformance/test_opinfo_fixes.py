@@ -97,3 +97,35 @@ def test_joins_write_out(name, case):
     if case in (0, 1, 2):
         assert getattr(refs, name)(list(args), out=out) is out
         assert torch.equal(out, getattr(torch, name)(list(args)).to(out.dtype))
+
+
+@pytest.mark.parametrize("op", ["amax", "amin"])
+@pytest.mark.parametrize("out", [torch.empty(20), torch.empty(3), torch.empty(0),
+                                 torch.empty(20, dtype=torch.int32),
+                                 torch.empty(20, dtype=torch.float64)])
+def test_amax_amin_out(op, out):
+    """out= is written (right or resized), and an out of another dtype raises eager's error."""
+    x = torch.randn(20, 20)
+
+    def eager(t, o):
+        return getattr(torch, op)(t, 0, out=o)
+
+    def ref(t, o):
+        return getattr(refs, op)(t, 0, out=o)
+    for fn in (ref, primtrace.jit(eager)):
+        sample = types.SimpleNamespace(input=x, args=(out,), kwargs={})
+        problem = oc.check(fn, eager, sample, random=False)
+        assert problem is None, problem
+
+
+def test_triplet_margin_loss_refuses_a_margin_not_above_zero():
+    a = torch.randn(3, 4)
+    for margin in (0.0, -1.0):
+        _both(F.triplet_margin_loss, refs.nn.functional.triplet_margin_loss, a, a, a,
+              margin=margin)
+
+
+@pytest.mark.parametrize("dim", [3, 5, -4, -1])
+def test_narrow_copy_dim_past_the_last(dim):
+    """eager's narrow_copy raises a RuntimeError for a dim past the last (narrow: IndexError)."""
+    _both(torch.narrow_copy, refs.narrow_copy, torch.randn(10, 5, 20), dim, 0, 0)
