@@ -12,34 +12,34 @@ import math
 from primtrace import dtypes, prims
 from primtrace.refs import linalg as L
 from primtrace.refs import products as M
-from primtrace.refs.core import exports, is_tensor, maybe_convert, ref
+from primtrace.refs.core import exports, maybe_convert, ref
 from primtrace.refs.reductions import keep_dims, reduction_dims, wrap_dim
 from primtrace.refs.scalars import concrete
 
 
-def _complex_declines(input, *args, **kwargs) -> bool:
-    return kwargs.get("out") is not None or (is_tensor(input) and input.dtype.is_complex)
+def _out_declines(input, *args, **kwargs) -> bool:
+    return kwargs.get("out") is not None
 
 
-@ref(declines=_complex_declines)
+@ref(declines=_out_declines)
 def logsumexp(input, dim, keepdim=False, *, out=None):
     """log(sum(exp(input))) over dim, stably; the default float dtype for integer inputs."""
     M.require_tensors("logsumexp", input=input)
     M.no_out("logsumexp", out)
-    if input.dtype.is_complex:
-        raise NotImplementedError("primtrace: logsumexp of complex tensors has no ref; torch "
-                                  "runs it")
-    result = input.dtype if input.dtype.is_floating_point else dtypes.default_float()
+    result = input.dtype if input.dtype.is_floating_point or input.dtype.is_complex \
+        else dtypes.default_float()
     x = maybe_convert(input, dtypes.opmath(result))
     dims = reduction_dims("logsumexp", x, dim)
     if x.numel() == 0:
         y = prims.log(prims.sum(prims.exp(x), dims))
-    elif not dims:
+    elif not dims and not x.dtype.is_complex:  # complex: the imaginary part wraps to (-pi, pi]
         y = x  # log(exp(x - m)) + m with m = x: x itself (inf and NaN included)
     else:
         kept = tuple(i for i in range(x.ndim) if i not in dims)
-        m = prims.amax(x, dims)
+        # complex: shifted by the largest real part, as eager's
+        m = prims.amax(prims.real(x) if x.dtype.is_complex else x, dims)
         m = prims.where(prims.eq(prims.abs(m), math.inf), 0.0, m)
+        m = maybe_convert(m, x.dtype)
         shifted = prims.sub(x, prims.broadcast_in_dim(m, tuple(x.shape), kept))
         y = prims.add(prims.log(prims.sum(prims.exp(shifted), dims)), m)
     return keep_dims(maybe_convert(y, result), input, dims, keepdim)

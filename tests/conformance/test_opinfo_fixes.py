@@ -129,3 +129,16 @@ def test_triplet_margin_loss_refuses_a_margin_not_above_zero():
 def test_narrow_copy_dim_past_the_last(dim):
     """eager's narrow_copy raises a RuntimeError for a dim past the last (narrow: IndexError)."""
     _both(torch.narrow_copy, refs.narrow_copy, torch.randn(10, 5, 20), dim, 0, 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+@pytest.mark.parametrize("shape, dim", [((3, 4), 1), ((3, 4), (0, 1)), ((), 0), ((0, 3), 1),
+                                        ((2, 0), 1)])
+def test_logsumexp_of_complex(dtype, shape, dim):
+    """Shifted by the largest real part as eager's; the imaginary part wraps (0-dim too)."""
+    x = (torch.randn(shape, dtype=dtype) * 400)
+    if x.numel() >= 4:
+        x.view(-1)[:4] = torch.tensor([complex(math.inf, 1), complex(-math.inf, 0),
+                                       complex(math.nan, 0), 1e30 + 1j])
+    _both(torch.logsumexp, refs.logsumexp, x, dim)
+    _both(torch.logsumexp, refs.logsumexp, x, dim, keepdim=True)
