@@ -76,7 +76,10 @@ def renorm(input, p, dim, maxnorm):
     if p_value <= 0:
         raise RuntimeError("renorm: non-positive-norm not supported")
     if maxnorm_value < 0:
-        raise RuntimeError(f"renorm: expected maxnorm to be >= 0 but got {maxnorm_value}")
+        raise RuntimeError(f"renorm: expected maxnorm to be >= 0 but got {maxnorm_value:g}")
+    if input.ndim < 2:
+        raise RuntimeError(f"renorm: input needs at least 2 dimensions, got {input.ndim} "
+                           "dimensions")
     d = wrap_dim(int(concrete(dim)), input.ndim)
     L._float_input("linalg.vector_norm", input)
     dims = tuple(i for i in range(input.ndim) if i != d)
@@ -86,8 +89,6 @@ def renorm(input, p, dim, maxnorm):
                          prims.div(maxnorm_value, prims.add(norms, 1e-7)),
                          prims.full(tuple(norms.shape), 1.0, dtype=computation, device=input.device))
     factor = maybe_convert(factor, input.dtype)
-    if input.ndim == 0:
-        return prims.mul(input, factor)
     return prims.mul(input, prims.broadcast_in_dim(factor, tuple(input.shape), (d,)))
 
 

@@ -142,3 +142,15 @@ def test_logsumexp_of_complex(dtype, shape, dim):
                                        complex(math.nan, 0), 1e30 + 1j])
     _both(torch.logsumexp, refs.logsumexp, x, dim)
     _both(torch.logsumexp, refs.logsumexp, x, dim, keepdim=True)
+
+
+@pytest.mark.parametrize("shape, p, dim, maxnorm", [((), 2, 0, 1.0), ((3,), 2, 0, 1.0),
+                                                    ((3,), 2, 5, 1.0), ((3,), -1, 0, 1.0),
+                                                    ((3,), 2, 0, -1.0), ((2, 3), 2, 0, 1.0)])
+def test_renorm_needs_two_dims(shape, p, dim, maxnorm):
+    """renorm of a 0-d or 1-d input raises eager's RuntimeError (after its p and maxnorm checks)."""
+    x = torch.randn(shape)
+    _both(torch.renorm, refs.renorm, x, p, dim, maxnorm)
+    if len(shape) < 2 and p > 0 and maxnorm >= 0:
+        with pytest.raises(RuntimeError, match="at least 2 dimensions"):
+            refs.renorm(x, p, dim, maxnorm)
