@@ -42,9 +42,11 @@ def _scan_meta(name):
     return meta
 
 
-cumsum = _prim("cumsum", _scan_meta("cumsum"), lambda a, dim: torch.cumsum(a, dim),
+# dtype= keeps a's dtype: torch scans integers in int64 by default
+cumsum = _prim("cumsum", _scan_meta("cumsum"), lambda a, dim: torch.cumsum(a, dim, dtype=a.dtype),
                "The running sum along `dim`, in a's dtype.")
-cumprod = _prim("cumprod", _scan_meta("cumprod"), lambda a, dim: torch.cumprod(a, dim),
+cumprod = _prim("cumprod", _scan_meta("cumprod"),
+                lambda a, dim: torch.cumprod(a, dim, dtype=a.dtype),
                 "The running product along `dim`, in a's dtype.")
 
 

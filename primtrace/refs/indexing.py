@@ -123,6 +123,9 @@ def take_along_dim(input, indices, dim=None, *, out=None):
     sizes[d] = indices.shape[d]
     shape = broadcast_shapes(tuple(sizes), _shape(indices))
     index = broadcast(indices, shape)
+    if input.shape[d] > 0:  # eager takes indices modulo the size (-1 is the last, 5 of 5 the first)
+        from primtrace.refs.arithmetic import remainder
+        index = remainder(index, input.shape[d])
     sizes = list(shape)
     sizes[d] = input.shape[d]
     return prims.gather(broadcast(input, tuple(sizes)), d, index)

@@ -14,7 +14,7 @@ import builtins
 
 import torch
 
-from primtrace import prims
+from primtrace import dtypes, prims
 from primtrace.prims.views import expand_strides
 from primtrace.refs.conversion import clone as _clone
 from primtrace.refs.conversion import copy_as, suggest_memory_format
@@ -82,17 +82,39 @@ def joined(name, tensors, dim):
     return prims.cat([maybe_convert(t, dtype) for t in kept], d)
 
 
+def _into(out, result, tensors):
+    """result written into out= as eager's cat and stack do: they refuse an out that shares
+    any memory with an input, even all of it (no in-place join)."""
+    if out is None:
+        return result
+    if hasattr(out, "dtype") and not dtypes.can_cast(result.dtype, out.dtype):
+        raise TypeError(f"torch.cat(): input types can't be cast to the desired output type "
+                        f"{dtypes.scalar_type_name(out.dtype)}")
+    from primtrace.ir.proxy import is_real_tensor
+    from primtrace.refs.out import OVERLAP_MESSAGE, _byte_range, copy_to_out
+    if is_real_tensor(out):
+        for t in tensors:
+            if t is out:
+                raise RuntimeError(OVERLAP_MESSAGE)
+            if (is_real_tensor(t) and t.numel() and out.numel()
+                    and t.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()):
+                (a, b), (c, d) = _byte_range(t), _byte_range(out)
+                if a < d and c < b:
+                    raise RuntimeError(OVERLAP_MESSAGE)
+    return copy_to_out(out, result)
+
+
 @ref(declines=_join_declines, aliases=("concat",))
 def cat(tensors, dim=0, *, out=None):
     """The tensors joined along `dim`, in their promoted dtype."""
     tensors = _tensor_list("cat", tensors)
-    return joined("cat", tensors, as_int("cat", "dim", dim, 2))
+    return _into(out, joined("cat", tensors, as_int("cat", "dim", dim, 2)), tensors)
 
 
 @ref(declines=_join_declines)
 def concatenate(tensors, axis=0, *, out=None):
     tensors = _tensor_list("concatenate", tensors)
-    return joined("cat", tensors, as_int("concatenate", "axis", axis, 2))
+    return _into(out, joined("cat", tensors, as_int("concatenate", "axis", axis, 2)), tensors)
 
 
 @ref(declines=_join_declines)
@@ -107,7 +129,7 @@ def stack(tensors, dim=0, *, out=None):
                                f"{list(tensors[0].shape)} at entry 0 and {list(t.shape)} at "
                                f"entry {i}")
     d = wrap(as_int("stack", "dim", dim, 2), tensors[0].ndim + 1)
-    return joined("stack", [prims.unsqueeze(t, d) for t in tensors], d)
+    return _into(out, joined("stack", [prims.unsqueeze(t, d) for t in tensors], d), tensors)
 
 
 def _atleast(n):
@@ -143,7 +165,7 @@ def _stacker(name, grow, dim_of, what):
         if not tensors:
             raise RuntimeError(f"{name} expects a non-empty TensorList")
         grown = [grow(t) for t in tensors]
-        return joined("cat", grown, dim_of(grown))
+        return _into(out, joined("cat", grown, dim_of(grown)), tensors)
     run.__name__ = run.__qualname__ = name
     run.__doc__ = f"torch.{name}: cat of the tensors {what}."
     return ref(run, declines=_join_declines)

@@ -124,13 +124,15 @@ def matrix_norm_of(name, A, ord, dim, keepdim, dtype):
     if p not in (1, -1, math.inf, -math.inf):
         raise RuntimeError(f"{name}: Order {ord} not supported.")
     x = _with_dtype(name, A, dtype)
-    if x.numel() == 0 and p in (-1, -math.inf) or (x.numel() == 0 and any(
-            x.shape[d] == 0 for d in (d0, d1))):
-        raise RuntimeError(f"{name}: cannot compute the {ord} norm of an empty matrix")
     # 1: the largest column sum (sum over rows d0, then max over d1); inf: the transpose
     inner, outer = (d0, d1) if abs(p) == 1 else (d1, d0)
+    k = outer - (outer > inner)
+    if x.shape[outer] == 0 and p < 0:  # eager's amin of no sums
+        raise IndexError(f"amin(): Expected reduction dim {outer if keepdim else k} to have "
+                         "non-zero size.")
     sums = p_norm(x, (inner,), 1.0, dtypes.opmath(dtypes.to_real(x.dtype)))
-    y = (prims.amax if p > 0 else prims.amin)(sums, (outer - (outer > inner),))
+    # eager's max of no sums is 0: the sum of none (the sums are >= 0, so max = sum when empty)
+    y = (prims.sum if x.shape[outer] == 0 else prims.amax if p > 0 else prims.amin)(sums, (k,))
     y = keep_dims(y, x, tuple(sorted((d0, d1))), keepdim)
     return maybe_convert(y, dtypes.to_real(x.dtype))
 

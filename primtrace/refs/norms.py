@@ -15,36 +15,36 @@ import torch
 from primtrace import dtypes, prims
 from primtrace.refs import linalg as L
 from primtrace.refs import products as M
-from primtrace.refs.core import exports, is_tensor, maybe_convert, ref
+from primtrace.refs.core import exports, maybe_convert, ref
 from primtrace.refs.reductions import keep_dims, reduction_dims, wrap_dim
 from primtrace.refs.scalars import concrete
 
 
-def _complex_declines(input, *args, **kwargs) -> bool:
-    return kwargs.get("out") is not None or (is_tensor(input) and input.dtype.is_complex)
+def _out_declines(input, *args, **kwargs) -> bool:
+    return kwargs.get("out") is not None
 
 
-@ref(declines=_complex_declines)
+@ref(declines=_out_declines)
 def logsumexp(input, dim, keepdim=False, *, out=None):
     """log(sum(exp(input))) over dim, stably; the default float dtype for integer inputs."""
     M.require_tensors("logsumexp", input=input)
     M.no_out("logsumexp", out)
-    if input.dtype.is_complex:
-        raise NotImplementedError("primtrace: logsumexp of complex tensors has no ref; torch "
-                                  "runs it")
-    result = input.dtype if input.dtype.is_floating_point else dtypes.default_float()
+    result = input.dtype if input.dtype.is_floating_point or input.dtype.is_complex \
+        else dtypes.default_float()
     x = maybe_convert(input, dtypes.opmath(result))
     dims = reduction_dims("logsumexp", x, dim)
     if x.numel() == 0:
         y = prims.log(prims.sum(prims.exp(x), dims))
-    elif not dims:
+    elif not dims and not x.dtype.is_complex:  # complex: the imaginary part wraps to (-pi, pi]
         # log(exp(x - m)) + m with m = x: x's values (inf and NaN included), in a new
         # tensor: a reduction's result never aliases its input
         y = prims.clone(x)
     else:
         kept = tuple(i for i in range(x.ndim) if i not in dims)
-        m = prims.amax(x, dims)
+        # complex: shifted by the largest real part, as eager's
+        m = prims.amax(prims.real(x) if x.dtype.is_complex else x, dims)
         m = prims.where(prims.eq(prims.abs(m), math.inf), 0.0, m)
+        m = maybe_convert(m, x.dtype)
         shifted = prims.sub(x, prims.broadcast_in_dim(m, tuple(x.shape), kept))
         y = prims.add(prims.log(prims.sum(prims.exp(shifted), dims)), m)
     return keep_dims(maybe_convert(y, result), input, dims, keepdim)
@@ -83,7 +83,10 @@ def renorm(input, p, dim, maxnorm):
     if p_value <= 0:
         raise RuntimeError("renorm: non-positive-norm not supported")
     if maxnorm_value < 0:
-        raise RuntimeError(f"renorm: expected maxnorm to be >= 0 but got {maxnorm_value}")
+        raise RuntimeError(f"renorm: expected maxnorm to be >= 0 but got {maxnorm_value:g}")
+    if input.ndim < 2:
+        raise RuntimeError(f"renorm: input needs at least 2 dimensions, got {input.ndim} "
+                           "dimensions")
     d = wrap_dim(int(concrete(dim)), input.ndim)
     L._float_input("linalg.vector_norm", input)
     dims = tuple(i for i in range(input.ndim) if i != d)
@@ -93,8 +96,6 @@ def renorm(input, p, dim, maxnorm):
                          prims.div(maxnorm_value, prims.add(norms, 1e-7)),
                          prims.full(tuple(norms.shape), 1.0, dtype=computation, device=input.device))
     factor = maybe_convert(factor, input.dtype)
-    if input.ndim == 0:
-        return prims.mul(input, factor)
     return prims.mul(input, prims.broadcast_in_dim(factor, tuple(input.shape), (d,)))
 
 

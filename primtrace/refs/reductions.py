@@ -271,18 +271,30 @@ def extreme(name, prim, input, dim, keepdim):
     return keep_dims(prim(input, dims), input, dims, keepdim)
 
 
+def _extreme_out(name, result, out):
+    """out=: eager's amax/amin want out's dtype to be the input's (no cast)."""
+    if out is None:
+        return result
+    if hasattr(out, "dtype") and out.dtype != result.dtype:
+        raise RuntimeError(f"Expected the dtype for input and out to match, but got "
+                           f"{dtypes.scalar_type_name(result.dtype)} for input's dtype and "
+                           f"{dtypes.scalar_type_name(out.dtype)} for out's dtype.")
+    from primtrace.refs.out import copy_to_out
+    return copy_to_out(out, result)
+
+
 @ref
-def amax(input, dim=(), keepdim=False):
+def amax(input, dim=(), keepdim=False, *, out=None):
     """The largest value over `dim` (all dims for ()); NaN propagates; an empty reduction
     raises."""
-    return extreme("amax", prims.amax, input, dim, keepdim)
+    return _extreme_out("amax", extreme("amax", prims.amax, input, dim, keepdim), out)
 
 
 @ref
-def amin(input, dim=(), keepdim=False):
+def amin(input, dim=(), keepdim=False, *, out=None):
     """The smallest value over `dim` (all dims for ()); NaN propagates; an empty reduction
     raises."""
-    return extreme("amin", prims.amin, input, dim, keepdim)
+    return _extreme_out("amin", extreme("amin", prims.amin, input, dim, keepdim), out)
 
 
 # --- all, any, count_nonzero ---------------------------------------------------------------------

@@ -17,6 +17,7 @@ from primtrace.ir.strides import contiguous_strides
 from primtrace.refs import views as _views
 from primtrace.refs.core import exports, is_tensor, ref
 from primtrace.refs.creation import filled
+from primtrace.refs.scalars import concrete
 from primtrace.refs.shape_args import SEQUENCE, as_int, int_list, named, require_tensor, wrap
 
 
@@ -399,7 +400,16 @@ _VIEWS_WITH_COPIES = (_views.permute, _views.transpose, _views.t, _views.squeeze
                       _views.unsqueeze, _views.expand, _views.diagonal, select,
                       unbind, split, split_with_sizes, _views.unfold, _views.as_strided)
 globals().update({v.name + "_copy": _copy_of(v) for v in _VIEWS_WITH_COPIES})
-narrow_copy = _copy_of(narrow)
+@ref(name="narrow_copy", declines=narrow.declines)
+def narrow_copy(input, dim, start, length):
+    """torch.narrow_copy: narrow's result as a new row-major tensor. Eager's narrow_copy
+    checks a dim past the last with a RuntimeError (narrow: an IndexError)."""
+    if (is_tensor(input) and input.ndim > 0
+            and getattr(dim, "python_type", type(dim)) is int and concrete(dim) >= input.ndim):
+        raise RuntimeError("Expected dim < static_cast<int64_t>(self_sizes.size()) to be true, "
+                           "but got false.  (Could this error message be improved?  If so, "
+                           "please report an enhancement request to PyTorch.)")
+    return row_major_copy(narrow(input, dim, start, length))
 
 
 @ref

@@ -240,9 +240,10 @@ def test_complex_rms_norm_is_left_to_torch():
 def test_complex_losses_are_left_to_torch():
     x = make_tensor((2, 4), torch.complex64, seed=1)
     y = make_tensor((2, 4), torch.complex64, seed=2)
-    for name in ("l1_loss", "mse_loss", "huber_loss", "smooth_l1_loss"):
+    for name in ("mse_loss", "huber_loss", "smooth_l1_loss"):
         assert getattr(RF, name).declines(x, y), name
-    assert torch.allclose(primtrace.jit(lambda a, b: F.l1_loss(a, b))(x, y), F.l1_loss(x, y))
+    # l1_loss has a ref for complex: |input - target| is real (test_opinfo_fixes)
+    assert not RF.l1_loss.declines(x, y)
 
 
 def test_legacy_and_weighted_losses_are_left_to_torch():

@@ -279,6 +279,8 @@ def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, s
     _no_legacy("triplet_margin_loss", size_average, reduce)
     _tensors("triplet_margin_loss", anchor=anchor, positive=positive, negative=negative)
     _reduction(reduction)
+    if concrete(margin) <= 0:
+        raise ValueError(f"margin must be greater than 0, got {concrete(margin)}")
     a, pos, neg = anchor.ndim, positive.ndim, negative.ndim
     if not a == pos == neg:
         raise RuntimeError(f"The anchor, positive, and negative tensors are expected to have the "

@@ -34,11 +34,16 @@ def _declines(input, target, size_average=None, reduce=None, *args, weight=None,
             or _complex(input, target))
 
 
+def _l1_declines(input, target, size_average=None, reduce=None, *args, weight=None, **kwargs):
+    return size_average is not None or reduce is not None or weight is not None
+
+
 def _huber_declines(input, target, reduction="mean", delta=1.0, weight=None):
     return weight is not None or _complex(input, target)
 
 
-def _operands(name, input, target, size_average=None, reduce=None, weight=None):
+def _operands(name, input, target, size_average=None, reduce=None, weight=None,
+              complex_ok=False):
     """input and target broadcast to one shape, after F's checks and warning."""
     if size_average is not None or reduce is not None or weight is not None:
         raise NotImplementedError(f"primtrace: {name} with size_average, reduce or weight has "
@@ -46,7 +51,7 @@ def _operands(name, input, target, size_average=None, reduce=None, weight=None):
     for t in (target, input):
         if not is_tensor(t):
             raise AttributeError(f"'{type_name(t)}' object has no attribute 'size'")
-    if _complex(input, target):
+    if not complex_ok and _complex(input, target):
         raise NotImplementedError(f"primtrace: {name} of complex tensors has no ref; torch "
                                   "runs it")
     if tuple(target.shape) != tuple(input.shape):
@@ -100,10 +105,12 @@ def _l1(input, target, reduction):
     return _reduce(refs.abs(refs.sub(input, target)), reduction)
 
 
-@ref(module=MODULE, declines=_declines)
+@ref(module=MODULE, declines=_l1_declines)
 def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
     """|input - target|, reduced (integer inputs too, where eager's sum takes them)."""
-    input, target = _operands("l1_loss", input, target, size_average, reduce, weight)
+    # complex too: |input - target| is real, as eager's
+    input, target = _operands("l1_loss", input, target, size_average, reduce, weight,
+                              complex_ok=True)
     _check_reduction(reduction)
     return _l1(input, target, reduction)
 
