@@ -45,6 +45,16 @@ def _convert_parts(node: Node):
     return args[0], args[1]
 
 
+def _returned_storage(trace: Trace) -> set[str]:
+    """Names of the returned values and of the values a returned view looks into: eager
+    returns a view of a distinct tensor there too, so none of them may merge with another."""
+    names = {p.name for p in proxies_in(trace.outputs)}
+    for node in reversed(trace.nodes):
+        if "view" in node.symbol.tags and any(p.name in names for p in node.output_proxies):
+            names.update(p.name for p in node.inputs if isinstance(p, TensorProxy))
+    return names
+
+
 class _Rewriter:
     """Walks a trace's nodes, substituting replaced proxies; knows what may be replaced."""
 
@@ -52,7 +62,7 @@ class _Rewriter:
         self.trace = trace
         self.replace: dict[str, Proxy] = {}
         self.inputs = {p.name for p in trace.inputs}
-        self.outputs = {p.name for p in proxies_in(trace.outputs)}
+        self.outputs = _returned_storage(trace)
         self.mutated = {p.name for n in trace.nodes if (p := mutated_proxy(n)) is not None}
 
     def sub(self, obj):

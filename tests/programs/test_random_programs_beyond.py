@@ -53,6 +53,20 @@ REGRESSIONS = {
     "layer_norm_of_empty_is_new": (
         "def program(x):\n    return F.layer_norm(x[:0], (3,)), F.rms_norm(x[:, :0], (0,))\n",
         [Spec("x", (4, 3), torch.float32, layout="offset")]),
+    # seed 100305 (slow): batch_norm training on an empty batch wrote NaN into the running
+    # statistics (eager leaves them)
+    "batch_norm_training_on_empty_batch": (
+        "def program(x, w, rm, rv):\n"
+        "    F.batch_norm(x, rm, rv, w, None, training=True, momentum=0.3)\n"
+        "    return x.clone()\n",
+        [Spec("x", (0, 2), torch.float64), Spec("w", (2,), torch.float64, seed=1),
+         Spec("rm", (2,), torch.float64, seed=2), Spec("rv", (2,), torch.float64, seed=3)]),
+    # seed 100169 (slow): CSE merged two clones, one returned and one viewed and returned, so
+    # the two outputs shared storage (eager's are distinct tensors)
+    "cse_of_a_returned_view_base": (
+        "def program(x):\n    a = x.clone()\n    b = x.clone()\n"
+        "    return b.reshape(-1), a, (x * 2).view(-1), x * 2\n",
+        [Spec("x", (), torch.float32)]),
 }
 
 

@@ -406,7 +406,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     if training:
         mean = prims.div(prims.sum(x, dims), float(count))
         var = prims.var(x, dims, correction=0)
-        if running_mean is not None or running_var is not None:
+        # an empty batch (count 0) leaves the running statistics as they are, as eager
+        if (running_mean is not None or running_var is not None) and count:
             _update_running(running_mean, running_var, mean, var, count, float(momentum))
     else:
         if running_mean is None or running_var is None:
