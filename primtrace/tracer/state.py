@@ -127,11 +127,32 @@ def set_stop_frame(code) -> None:
     _acquire_code = code
 
 
-def _library_code(code) -> bool:
+def _library_code(code, g: dict) -> bool:
+    """Whether the globals of `code` (run with globals `g`) go unguarded: library code.
+
+    Code compiled from a string (``exec``, ``<string>``) is judged by its globals, not its
+    file name: a function exec'd in a dict of its own is the user's (its globals are read
+    again on every call), one exec'd in a library module's dict (generated code) is not."""
     found = _library.get(code)
     if found is None:   # an import is not a read: module-level code does not count
-        found = _library[code] = code.co_name == "<module>" or is_library(code.co_filename)
+        if code.co_name == "<module>":
+            found = True
+        elif code.co_filename.startswith("<") and not code.co_filename.startswith(
+                ("<stdin>", "<ipython")):
+            found = _library_globals(g)
+        else:
+            found = is_library(code.co_filename)
+        _library[code] = found
     return found
+
+
+def _library_globals(g: dict) -> bool:
+    """`g` is the dict of a library module (not a dict of its own, nor a user's module)."""
+    module = sys.modules.get(g.get("__name__")) if isinstance(g.get("__name__"), str) else None
+    if module is None or getattr(module, "__dict__", None) is not g:
+        return False
+    filename = getattr(module, "__file__", None)
+    return filename is None or is_library(filename)
 
 
 def global_names(code) -> frozenset:
@@ -272,7 +293,7 @@ class StateRecorder:
         frames, stop = self.frames, _acquire_code
         while frame is not None and frame.f_code is not stop:
             code = frame.f_code
-            if code not in frames and not _library_code(code):
+            if code not in frames and not _library_code(code, frame.f_globals):
                 frames[code] = frame.f_globals
             frame = frame.f_back
 
@@ -415,7 +436,9 @@ class StateRecorder:
         if self._globals is not None:
             return self._globals
         todo = list(self.frames.items())
-        seen_code, seen, found = set(self.frames), set(), []
+        todo += [(fn.__code__, fn.__globals__) for fn in _cell_functions(self.fn)
+                 if fn.__code__ not in self.frames]   # helpers held in cells
+        seen_code, seen, found = {code for code, _ in todo}, set(), []
         while todo:
             code_object, g = todo.pop()
             for c in code_object.co_consts:   # lambdas and comprehensions defined here
@@ -430,7 +453,7 @@ class StateRecorder:
                 found.append((g, name, value))
                 fn = getattr(value, "__func__", value)
                 if isinstance(fn, types.FunctionType) and fn.__code__ not in seen_code \
-                        and not _library_code(fn.__code__):
+                        and not _library_code(fn.__code__, fn.__globals__):
                     seen_code.add(fn.__code__)
                     todo.append((fn.__code__, fn.__globals__))
         self._globals = found
@@ -438,8 +461,8 @@ class StateRecorder:
 
     def _closure_reads(self):
         """(cell, name, value) of the traced function's closure, and of the closures of the
-        functions it reaches through its cells and globals, when their code ran."""
-        ran = set(self.frames)
+        user's functions it reaches through its cells and globals (run or not, as for
+        globals: a helper that only computes a number never shows up on a torch call)."""
         todo = [_function_of(self.fn)]
         todo += [v for _, _, v in self._global_reads() if isinstance(v, types.FunctionType)]
         seen = set()
@@ -448,7 +471,7 @@ class StateRecorder:
             if not isinstance(fn, types.FunctionType) or id(fn) in seen:
                 continue
             seen.add(id(fn))
-            if fn.__code__ not in ran or not fn.__closure__:
+            if not fn.__closure__ or _library_code(fn.__code__, fn.__globals__):
                 continue
             for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
                 try:
@@ -514,6 +537,28 @@ def _function_of(obj):
     if isinstance(obj, _Module):
         obj = type(obj).forward
     return getattr(obj, "__func__", obj)
+
+
+def _cell_functions(root) -> list:
+    """The user's functions reachable from `root` through closure cells (helpers)."""
+    todo, seen, found = [_function_of(root)], set(), []
+    while todo:
+        fn = todo.pop()
+        if not isinstance(fn, types.FunctionType) or id(fn) in seen or not fn.__closure__:
+            continue
+        seen.add(id(fn))
+        if _library_code(fn.__code__, fn.__globals__):
+            continue
+        for cell in fn.__closure__:
+            try:
+                value = _function_of(cell.cell_contents)
+            except ValueError:   # an empty cell
+                continue
+            if isinstance(value, types.FunctionType) and id(value) not in seen and \
+                    not _library_code(value.__code__, value.__globals__):
+                found.append(value)
+                todo.append(value)
+    return found
 
 
 def _direct_values(recorder, code):
