@@ -36,6 +36,7 @@ from primtrace.ir.tree import tree_flatten, tree_map
 from primtrace.tracer import mapping
 from primtrace.tracer.location import describe_location, user_location
 from primtrace.tracer.inputs import Namer, proxify
+from primtrace.tracer.pystate import Replay, ReplayError, Snapshot, find_proxy
 from primtrace.tracer.state import SideEffectError, StateRecorder, set_stop_frame
 
 
@@ -504,16 +505,31 @@ def _acquire(fn, args, kwargs, name, numbers_as_constants: bool) -> TracingTrace
                                      numbers_as_constants, namer, tensors)
     trace.inputs, trace.input_structure = inputs, (pargs, pkwargs)
     trace.state = StateRecorder(fn, trace, tensors)
+    snapshot, replay = Snapshot(fn, pargs, pkwargs), None
     try:
         with tracing(trace), CaptureMode(trace), trace.state.recording():
             out = fn(*pargs, **pkwargs)
+        writes = snapshot.diff()
+        snapshot.restore()   # the guard checks the state a call starts from
+        if writes:   # replayed after each call; the values written are extra outputs
+            replay = Replay(snapshot, writes)
+            out = (out, tuple(replay.outputs))
         trace.outputs = trace.resolve(out)
-        guard = trace.state.finish(namer)
+        guard = trace.state.finish(namer, snapshot.arg_objects,
+                                   force=replay is not None and replay.needs_call)
     except SideEffectError as e:
         raise TracingError(f"{e}\n  primtrace does not replay Python side effects: compute "
                            f"such values outside the jitted function") from None
+    except ReplayError as e:
+        raise TracingError(f"{e}\n  primtrace replays writes of tensors, numbers and plain "
+                           f"containers only: compute such values outside the jitted "
+                           f"function") from None
     finally:
+        snapshot.restore()
         trace.state.undo_writes()   # no proxy may outlive the trace in a module
+    _check_no_proxy_escaped(trace, fn, args, kwargs, snapshot)
+    if replay is not None:
+        trace.tags["replay"] = replay
     if guard is not None:
         trace.inputs = [*inputs, *guard.proxies]
         trace.tags["guard"] = guard
@@ -523,6 +539,32 @@ def _acquire(fn, args, kwargs, name, numbers_as_constants: bool) -> TracingTrace
 
 
 set_stop_frame(_acquire.__code__)
+
+
+def _check_no_proxy_escaped(trace, fn, args, kwargs, snapshot) -> None:
+    """A proxy left in the state the function touched (a write the snapshot could not see:
+    an object too deep, a global of a function it did not reach by name...) is an error."""
+    state = trace.state
+    roots = [(f"argument {i}", a) for i, a in enumerate(args)]
+    roots += [(k, v) for k, v in kwargs.items()]
+    roots += [(label, obj) for obj, _, _, label in snapshot.objects.values()
+              if id(obj) not in snapshot.arg_paths]   # the tracer's copies hold input proxies
+    roots += [(name, value) for _, name, value in state._global_reads()]
+    roots += [(name, value) for _, name, value in state._closure_reads()]
+    roots += [(name, value) for _, _, name, value in state.reads.values()]
+    if isinstance(fn, torch.nn.Module):
+        roots.append(("self", fn))
+    found = find_proxy(roots)
+    if found is None:
+        return
+    where, proxy = found
+    made = next((n.source for n in trace.flat_nodes() if any(
+        p is proxy for p in n.output_proxies)), None)
+    raise TracingError(
+        f"a traced value ({proxy.name}{f', computed at `{made}`' if made else ''}) was left "
+        f"in {where} while tracing: primtrace replays writes to the plain objects, lists and "
+        f"dicts it finds from the function's arguments, globals and closures, and cannot "
+        f"replay this one; compute such values outside the jitted function")
 
 
 def _signature_of(fn):
