@@ -516,7 +516,8 @@ def _acquire(fn, args, kwargs, name, numbers_as_constants: bool) -> TracingTrace
             out = (out, tuple(replay.outputs))
         trace.outputs = trace.resolve(out)
         guard = trace.state.finish(namer, snapshot.arg_objects,
-                                   force=replay is not None and replay.needs_call)
+                                   force=replay is not None and replay.needs_call,
+                                   written_classes=[w[1] for w in writes if w[0] == "class"])
     except SideEffectError as e:
         raise TracingError(f"{e}\n  primtrace does not replay Python side effects: compute "
                            f"such values outside the jitted function") from None

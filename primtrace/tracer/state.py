@@ -177,6 +177,7 @@ class _Code:
         self.checks: list[str] = []
         self.budget = 4096   # item checks left: a huge structure is checked in part
         self._classes: set = set()
+        self.written_classes: set = set()   # classes whose attributes the code assigns
 
     def const(self, obj, hint: str = "k") -> str:
         name = self._names.get(id(obj))
@@ -221,11 +222,13 @@ class _Code:
             for key, item in (items.items() if type(items) is dict else enumerate(items)):
                 key_expr = repr(key) if type(key) in (str, int) else self.const(key, "key")
                 self.check_value(f"{base}[{key_expr}]", item, depth - 1)
-            if base != expr:
+            if base != expr and self.written_classes and any(
+                    c in self.written_classes for c in type(value).__mro__):
                 self._check_class(type(value), depth)
 
     def _check_class(self, klass, depth: int) -> None:
-        """The data attributes of a plain object's user classes (``type(self).count``)."""
+        """The data attributes of a plain object's user classes (``type(self).count``),
+        where the traced code assigns some (reads of others are not guarded)."""
         for c in klass.__mro__[:-1]:
             if c.__module__ == "builtins" or c.__module__.startswith("torch") or \
                     c in self._classes:
@@ -367,7 +370,8 @@ class StateRecorder:
         return None if grad is None else self.lift(grad)
 
     # after tracing -------------------------------------------------------------------------
-    def finish(self, namer, arg_objects=(), force: bool = False) -> "Guard | None":
+    def finish(self, namer, arg_objects=(), force: bool = False,
+               written_classes=()) -> "Guard | None":
         """Name the lifted proxies after where they come from, and build the guard (also
         over the plain objects passed as arguments, `arg_objects`: (object, name) pairs,
         whose identity the cache key holds; `force`: build one even if it checks nothing)."""
@@ -377,6 +381,7 @@ class StateRecorder:
                 f"{type(owner).__name__}.{name} was assigned while tracing: primtrace runs the "
                 f"trace on later calls without replaying Python assignments")
         code = _Code()
+        code.written_classes = set(written_classes)
         sources: dict[int, str] = {}           # id(tensor) -> expression
         names: dict[int, str] = {}             # id(tensor) -> readable input name
         read_tensors: dict[int, torch.Tensor] = {}
@@ -613,4 +618,4 @@ def _join(path: str, name: str) -> str:
 
 
 def _label(expr: str) -> str:
-    return expr.rsplit("[", 1)[-1].strip("]'\"") or "item"
+    return expr.removesuffix(".__dict__").rsplit("[", 1)[-1].strip("]'\"") or "item"
