@@ -144,6 +144,9 @@ def compile_fn(fn, args, kwargs, executors, options) -> Compiled:
     traces = build(fn, args, kwargs, executors, options)
     run, source = compile_trace(traces[-1])
     traces[-1].tags["python"] = source
+    replay = traces[0].tags.get("replay")
+    if replay is not None:   # Python state the function writes (primtrace.tracer.pystate)
+        run = replay.wrap(run)
     specialized = tuple(i for i, p in enumerate(traces[0].inputs)
                         if isinstance(p, NumberProxy) and p.specialized)
     guard = traces[0].tags.get("guard")
@@ -329,6 +332,8 @@ class JitFunction(functools.partial):
         else:
             next(self._hits)
         self._use(compiled)
+        if getattr(compiled.fn, "needs_call", False):   # it writes into argument containers
+            return compiled.fn.call_with((args, kwargs), (*leaves, *state))
         return compiled.fn(*leaves, *state)
 
     def _miss(self, key, leaves, args, kwargs):

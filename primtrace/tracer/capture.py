@@ -21,6 +21,7 @@ orders earlier reads of any of them before the write.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import warnings
@@ -38,6 +39,7 @@ from primtrace.tracer.compiling import compiling
 from primtrace.tracer.location import describe_location, user_location
 from primtrace.tracer.outputs import split as split_outputs
 from primtrace.tracer.inputs import Namer, proxify
+from primtrace.tracer.pystate import Replay, ReplayError, Snapshot, find_proxy
 from primtrace.tracer.state import SideEffectError, StateRecorder, set_stop_frame
 
 
@@ -611,6 +613,11 @@ def acquire(fn, args: tuple, kwargs: dict, name: str | None = None) -> TracingTr
     return _acquire(fn, args, kwargs, name, numbers_as_constants=True)
 
 
+def _rebuild_first(rebuild, pair):
+    """(rebuild(out), written values): a trace's outputs when it also writes Python state."""
+    return rebuild(pair[0]), pair[1]
+
+
 def _acquire(fn, args, kwargs, name, numbers_as_constants: bool) -> TracingTrace:
     trace = TracingTrace(_trace_name(fn) if name is None else name)
     namer, tensors = Namer(), {}
@@ -618,19 +625,37 @@ def _acquire(fn, args, kwargs, name, numbers_as_constants: bool) -> TracingTrace
                                      numbers_as_constants, namer, tensors)
     trace.inputs, trace.input_structure = inputs, (pargs, pkwargs)
     trace.state = StateRecorder(fn, trace, tensors)
+    snapshot, replay = Snapshot(fn, pargs, pkwargs), None
     try:
         with tracing(trace), CaptureMode(trace), trace.state.recording(), compiling():
             out = fn(*pargs, **pkwargs)
         out, rebuild = split_outputs(out)   # a dataclass, a namedtuple... as plain containers
+        writes = snapshot.diff()
+        snapshot.restore()   # the guard checks the state a call starts from
+        if writes:   # replayed after each call; the values written are extra outputs
+            replay = Replay(snapshot, writes)
+            out = (out, tuple(replay.outputs))
+            if rebuild is not None:   # the function's containers around its own outputs only
+                rebuild = functools.partial(_rebuild_first, rebuild)
         if rebuild is not None:
             trace.tags["output_rebuild"] = rebuild
         trace.outputs = trace.resolve(out)
-        guard = trace.state.finish(namer)
+        guard = trace.state.finish(namer, snapshot.arg_objects,
+                                   force=replay is not None and replay.needs_call,
+                                   written_classes=[w[1] for w in writes if w[0] == "class"])
     except SideEffectError as e:
         raise TracingError(f"{e}\n  primtrace does not replay Python side effects: compute "
                            f"such values outside the jitted function") from None
+    except ReplayError as e:
+        raise TracingError(f"{e}\n  primtrace replays writes of tensors, numbers and plain "
+                           f"containers only: compute such values outside the jitted "
+                           f"function") from None
     finally:
+        snapshot.restore()
         trace.state.undo_writes()   # no proxy may outlive the trace in a module
+    _check_no_proxy_escaped(trace, fn, args, kwargs, snapshot)
+    if replay is not None:
+        trace.tags["replay"] = replay
     if guard is not None:
         trace.inputs = [*inputs, *guard.proxies]
         trace.tags["guard"] = guard
@@ -640,6 +665,32 @@ def _acquire(fn, args, kwargs, name, numbers_as_constants: bool) -> TracingTrace
 
 
 set_stop_frame(_acquire.__code__)
+
+
+def _check_no_proxy_escaped(trace, fn, args, kwargs, snapshot) -> None:
+    """A proxy left in the state the function touched (a write the snapshot could not see:
+    an object too deep, a global of a function it did not reach by name...) is an error."""
+    state = trace.state
+    roots = [(f"argument {i}", a) for i, a in enumerate(args)]
+    roots += [(k, v) for k, v in kwargs.items()]
+    roots += [(label, obj) for obj, _, _, label in snapshot.objects.values()
+              if id(obj) not in snapshot.arg_paths]   # the tracer's copies hold input proxies
+    roots += [(name, value) for _, name, value in state._global_reads()]
+    roots += [(name, value) for _, name, value in state._closure_reads()]
+    roots += [(name, value) for _, _, name, value in state.reads.values()]
+    if isinstance(fn, torch.nn.Module):
+        roots.append(("self", fn))
+    found = find_proxy(roots)
+    if found is None:
+        return
+    where, proxy = found
+    made = next((n.source for n in trace.flat_nodes() if any(
+        p is proxy for p in n.output_proxies)), None)
+    raise TracingError(
+        f"a traced value ({proxy.name}{f', computed at `{made}`' if made else ''}) was left "
+        f"in {where} while tracing: primtrace replays writes to the plain objects, lists and "
+        f"dicts it finds from the function's arguments, globals and closures, and cannot "
+        f"replay this one; compute such values outside the jitted function")
 
 
 def _signature_of(fn):

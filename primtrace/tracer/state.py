@@ -40,6 +40,7 @@ import torch
 
 from primtrace.ir.proxy import TensorProxy, TensorSpec
 from primtrace.tracer.location import is_library
+from primtrace.tracer.pystate import plain_dict
 
 _Module = torch.nn.Module
 _object_getattribute = object.__getattribute__
@@ -127,11 +128,32 @@ def set_stop_frame(code) -> None:
     _acquire_code = code
 
 
-def _library_code(code) -> bool:
+def _library_code(code, g: dict) -> bool:
+    """Whether the globals of `code` (run with globals `g`) go unguarded: library code.
+
+    Code compiled from a string (``exec``, ``<string>``) is judged by its globals, not its
+    file name: a function exec'd in a dict of its own is the user's (its globals are read
+    again on every call), one exec'd in a library module's dict (generated code) is not."""
     found = _library.get(code)
     if found is None:   # an import is not a read: module-level code does not count
-        found = _library[code] = code.co_name == "<module>" or is_library(code.co_filename)
+        if code.co_name == "<module>":
+            found = True
+        elif code.co_filename.startswith("<") and not code.co_filename.startswith(
+                ("<stdin>", "<ipython")):
+            found = _library_globals(g)
+        else:
+            found = is_library(code.co_filename)
+        _library[code] = found
     return found
+
+
+def _library_globals(g: dict) -> bool:
+    """`g` is the dict of a library module (not a dict of its own, nor a user's module)."""
+    module = sys.modules.get(g.get("__name__")) if isinstance(g.get("__name__"), str) else None
+    if module is None or getattr(module, "__dict__", None) is not g:
+        return False
+    filename = getattr(module, "__file__", None)
+    return filename is None or is_library(filename)
 
 
 def global_names(code) -> frozenset:
@@ -153,6 +175,9 @@ class _Code:
         self._names: dict[int, str] = {}
         self.fetches: list[str] = []
         self.checks: list[str] = []
+        self.budget = 4096   # item checks left: a huge structure is checked in part
+        self._classes: set = set()
+        self.written_classes: set = set()   # classes whose attributes the code assigns
 
     def const(self, obj, hint: str = "k") -> str:
         name = self._names.get(id(obj))
@@ -162,12 +187,14 @@ class _Code:
             self._names[id(obj)] = name
         return name
 
-    def check_value(self, expr: str, value, depth: int = 2) -> None:
+    def check_value(self, expr: str, value, depth: int = 4) -> None:
         """`expr` still evaluates to `value`: by identity, or by type and value for numbers.
 
-        A plain object (a config dataclass, a namespace) or a dict is also checked item by
-        item where it holds numbers, strings, bools or None, `depth` levels down: code reads
-        ``CONFIG.clip`` and ``self.config.use_cache`` through them."""
+        A plain object (a config dataclass, a namespace, a cache object), a dict or a list
+        is also checked item by item, `depth` levels down: its length (attribute names, keys)
+        and what it holds (numbers by value, objects by identity; tensors are checked where
+        the trace reads them). Code reads ``CONFIG.clip``, ``hasattr(box, "t")``,
+        ``len(acc)`` and ``self.config.use_cache`` through them."""
         if value is None or type(value) is bool or isinstance(value, enum.Enum):
             self.checks.append(f"{expr} is {self.const(value)}")
         elif type(value) in _NUMBERS:
@@ -176,16 +203,44 @@ class _Code:
             else:
                 self.checks.append(f"{expr} == {self.const(value)} and "
                                    f"{expr}.__class__ is {self.const(type(value))}")
+        elif isinstance(value, (torch.Tensor, types.ModuleType)):
+            return
         else:
             self.checks.append(f"{expr} is {self.const(value)}")
-            items = _plain_items(value) if depth else None
-            if items is not None and len(items) <= _MAX_ITEMS:
-                base = f"{expr}.__dict__" if not isinstance(value, dict) else expr
+            items = _plain_items(value) if depth and self.budget > 0 else None
+            if items is None:
+                return
+            self.budget -= len(items)
+            if type(value) in (list, dict) or plain_dict(value) is not None:
+                base = f"{expr}.__dict__" if type(items) is dict and type(value) is not dict \
+                    else expr
                 self.checks.append(f"len({base}) == {len(items)}")
-                for key, item in items.items():
-                    if item is None or type(item) in _SCALARS or _plain_items(item) is not None:
-                        self.check_value(f"{base}[{key!r}]", item, depth - 1)
+            else:
+                base = expr   # a tuple: its identity fixes its length
+            if len(items) > _MAX_ITEMS:
+                return
+            for key, item in (items.items() if type(items) is dict else enumerate(items)):
+                key_expr = repr(key) if type(key) in (str, int) else self.const(key, "key")
+                self.check_value(f"{base}[{key_expr}]", item, depth - 1)
+            if base != expr and self.written_classes and any(
+                    c in self.written_classes for c in type(value).__mro__):
+                self._check_class(type(value), depth)
 
+    def _check_class(self, klass, depth: int) -> None:
+        """The data attributes of a plain object's user classes (``type(self).count``),
+        where the traced code assigns some (reads of others are not guarded)."""
+        for c in klass.__mro__[:-1]:
+            if c.__module__ == "builtins" or c.__module__.startswith("torch") or \
+                    c in self._classes:
+                continue
+            self._classes.add(c)
+            d = vars(c)
+            name = self.const(c, "cls")
+            self.checks.append(f"len({name}.__dict__) == {len(d)}")
+            for key, item in d.items():
+                if not key.startswith("__") and (item is None or type(item) in _SCALARS or
+                                                 type(item) in (list, dict, tuple)):
+                    self.check_value(f"{name}.__dict__[{key!r}]", item, depth - 1)
     def check_items(self, expr: str, table: dict) -> None:
         """The dict at `expr` holds the same objects (modules, parameters, hooks) in order."""
         if not table:
@@ -205,16 +260,13 @@ class _Code:
         return "\n".join(lines) + "\n"
 
 
-def _plain_items(value) -> dict | None:
-    """The items of a dict with string keys, or the instance attributes of a plain object
-    (not a module, function, class, tensor or torch object); None for anything else."""
-    if type(value) is dict:
-        return value if all(type(k) is str for k in value) else None
-    d = getattr(value, "__dict__", None)
-    if type(d) is not dict or isinstance(value, (type, types.FunctionType, types.MethodType,
-                                                  types.ModuleType, _Module, torch.Tensor)):
-        return None
-    return None if type(value).__module__.startswith("torch") else d
+def _plain_items(value):
+    """What a guard checks inside `value`: a dict's or list's or tuple's items, a plain
+    object's attributes (not a module's, function's, class's, tensor's or torch object's);
+    None for anything else."""
+    if type(value) in (dict, list, tuple):
+        return value
+    return plain_dict(value)
 
 
 def tensor_key(t) -> tuple:
@@ -272,7 +324,7 @@ class StateRecorder:
         frames, stop = self.frames, _acquire_code
         while frame is not None and frame.f_code is not stop:
             code = frame.f_code
-            if code not in frames and not _library_code(code):
+            if code not in frames and not _library_code(code, frame.f_globals):
                 frames[code] = frame.f_globals
             frame = frame.f_back
 
@@ -318,14 +370,18 @@ class StateRecorder:
         return None if grad is None else self.lift(grad)
 
     # after tracing -------------------------------------------------------------------------
-    def finish(self, namer) -> "Guard | None":
-        """Name the lifted proxies after where they come from, and build the guard."""
+    def finish(self, namer, arg_objects=(), force: bool = False,
+               written_classes=()) -> "Guard | None":
+        """Name the lifted proxies after where they come from, and build the guard (also
+        over the plain objects passed as arguments, `arg_objects`: (object, name) pairs,
+        whose identity the cache key holds; `force`: build one even if it checks nothing)."""
         if self.writes:
             owner, name = self.writes[0][:2]
             raise SideEffectError(
                 f"{type(owner).__name__}.{name} was assigned while tracing: primtrace runs the "
                 f"trace on later calls without replaying Python assignments")
         code = _Code()
+        code.written_classes = set(written_classes)
         sources: dict[int, str] = {}           # id(tensor) -> expression
         names: dict[int, str] = {}             # id(tensor) -> readable input name
         read_tensors: dict[int, torch.Tensor] = {}
@@ -362,12 +418,14 @@ class StateRecorder:
             read(f"{code.const(g, 'g')}[{name!r}]", value, name)
         for cell, name, value in self._closure_reads():
             read(f"{code.const(cell, 'c')}.cell_contents", value, name)
+        for obj, name in arg_objects:
+            read(code.const(obj, "a"), obj, name)
         for base, grad in self.grad_reads:
             base_expr = sources.get(id(base))
             if base_expr is None:
                 base_expr = code.const(base, "h")
             read(f"{base_expr}.grad", grad, _join(names.get(id(base), "x"), "grad"))
-        self._search_containers(sources, names, code, paths)
+        self._search_containers(sources, names, code, paths, arg_objects)
 
         state = []
         for t, proxy in self.lifted.values():
@@ -383,7 +441,7 @@ class StateRecorder:
             if tid not in self.lifted:
                 code.check_tensor(sources[tid], t)
         code.fetches.append(f"state = [{', '.join(f's{i}' for i in range(len(state)))}]")
-        if not code.checks and not state:
+        if not code.checks and not state and not force:
             return None
         return Guard(code, state)
 
@@ -415,7 +473,9 @@ class StateRecorder:
         if self._globals is not None:
             return self._globals
         todo = list(self.frames.items())
-        seen_code, seen, found = set(self.frames), set(), []
+        todo += [(fn.__code__, fn.__globals__) for fn in _cell_functions(self.fn)
+                 if fn.__code__ not in self.frames]   # helpers held in cells
+        seen_code, seen, found = {code for code, _ in todo}, set(), []
         while todo:
             code_object, g = todo.pop()
             for c in code_object.co_consts:   # lambdas and comprehensions defined here
@@ -430,7 +490,7 @@ class StateRecorder:
                 found.append((g, name, value))
                 fn = getattr(value, "__func__", value)
                 if isinstance(fn, types.FunctionType) and fn.__code__ not in seen_code \
-                        and not _library_code(fn.__code__):
+                        and not _library_code(fn.__code__, fn.__globals__):
                     seen_code.add(fn.__code__)
                     todo.append((fn.__code__, fn.__globals__))
         self._globals = found
@@ -438,8 +498,8 @@ class StateRecorder:
 
     def _closure_reads(self):
         """(cell, name, value) of the traced function's closure, and of the closures of the
-        functions it reaches through its cells and globals, when their code ran."""
-        ran = set(self.frames)
+        user's functions it reaches through its cells and globals (run or not, as for
+        globals: a helper that only computes a number never shows up on a torch call)."""
         todo = [_function_of(self.fn)]
         todo += [v for _, _, v in self._global_reads() if isinstance(v, types.FunctionType)]
         seen = set()
@@ -448,7 +508,7 @@ class StateRecorder:
             if not isinstance(fn, types.FunctionType) or id(fn) in seen:
                 continue
             seen.add(id(fn))
-            if fn.__code__ not in ran or not fn.__closure__:
+            if not fn.__closure__ or _library_code(fn.__code__, fn.__globals__):
                 continue
             for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
                 try:
@@ -458,26 +518,29 @@ class StateRecorder:
                 yield cell, name, value
                 todo.append(_function_of(value))
 
-    def _search_containers(self, sources, names, code, paths) -> None:
+    def _search_containers(self, sources, names, code, paths, arg_objects) -> None:
         """Sources for lifted tensors not read directly: items of lists, tuples and dicts read
         from globals, cells and modules (two levels), then the parameters, buffers and tensor
         attributes of every module read (``for p in self.parameters()``)."""
         missing = {tid for tid in self.lifted if tid not in sources}
         if not missing:
             return
-        containers = [(expr, value) for expr, value in _direct_values(self, code)
-                      if isinstance(value, (list, tuple, dict))]
-        for _ in range(2):
+        containers = [(expr, value) for expr, value in _direct_values(self, code, arg_objects)
+                      if _plain_items(value) is not None]
+        for _ in range(4):
             deeper = []
             for expr, value in containers:
-                items = value.items() if isinstance(value, dict) else enumerate(value)
-                for key, item in items:
-                    item_expr = f"{expr}[{key!r}]"
+                items = _plain_items(value)
+                if type(value) not in (dict, list, tuple):
+                    expr = f"{expr}.__dict__"
+                for key, item in (items.items() if type(items) is dict else enumerate(items)):
+                    key_expr = repr(key) if type(key) in (str, int) else code.const(key, "key")
+                    item_expr = f"{expr}[{key_expr}]"
                     if isinstance(item, torch.Tensor) and id(item) in missing:
                         sources[id(item)] = item_expr
                         names.setdefault(id(item), f"{_label(expr)}_{key}")
                         missing.discard(id(item))
-                    elif isinstance(item, (list, tuple, dict)):
+                    elif _plain_items(item) is not None:
                         deeper.append((item_expr, item))
             containers = deeper
         owners = {id(o): o for o, *_ in self.reads.values()}
@@ -516,7 +579,31 @@ def _function_of(obj):
     return getattr(obj, "__func__", obj)
 
 
-def _direct_values(recorder, code):
+def _cell_functions(root) -> list:
+    """The user's functions reachable from `root` through closure cells (helpers)."""
+    todo, seen, found = [_function_of(root)], set(), []
+    while todo:
+        fn = todo.pop()
+        if not isinstance(fn, types.FunctionType) or id(fn) in seen or not fn.__closure__:
+            continue
+        seen.add(id(fn))
+        if _library_code(fn.__code__, fn.__globals__):
+            continue
+        for cell in fn.__closure__:
+            try:
+                value = _function_of(cell.cell_contents)
+            except ValueError:   # an empty cell
+                continue
+            if isinstance(value, types.FunctionType) and id(value) not in seen and \
+                    not _library_code(value.__code__, value.__globals__):
+                found.append(value)
+                todo.append(value)
+    return found
+
+
+def _direct_values(recorder, code, arg_objects=()):
+    for obj, _ in arg_objects:
+        yield code.const(obj, "a"), obj
     for owner, store, name, value in recorder.reads.values():
         if store == "__dict__" and name not in _MACHINERY:
             yield f"{code.const(owner, 'm')}.__dict__[{name!r}]", value
@@ -531,4 +618,4 @@ def _join(path: str, name: str) -> str:
 
 
 def _label(expr: str) -> str:
-    return expr.rsplit("[", 1)[-1].strip("]'\"") or "item"
+    return expr.removesuffix(".__dict__").rsplit("[", 1)[-1].strip("]'\"") or "item"

@@ -159,8 +159,8 @@ def test_is_compiling_is_true_while_tracing_only():
         return x + 1
     jfn = primtrace.jit(f)
     jfn(torch.ones(2))
-    jfn(torch.ones(2))   # a cached call runs no Python of f
-    assert seen == [True] and not torch.compiler.is_compiling()
+    jfn(torch.ones(2))   # a cached call runs no Python of f: it replays the append it traced
+    assert seen == [True, True] and not torch.compiler.is_compiling()
 
 
 def test_is_compiling_skips_a_libraries_value_reading_check():
@@ -206,3 +206,30 @@ def test_is_compiling_is_per_thread():
     primtrace.jit(f)(torch.ones(2))
     thread.join(10)
     assert other == [False]
+
+
+def test_a_returned_dataclass_and_replayed_state_writes_together():
+    """The containers rebuild the function's own outputs; the written state is replayed."""
+    @dataclasses.dataclass
+    class Result:
+        total: torch.Tensor
+
+    class Box:
+        pass
+
+    def f(x, box, acc):
+        y = torch.cat([box.t, x]) if hasattr(box, "t") else x
+        box.t = y * 1
+        acc.append(x * 2)
+        return Result(y.sum())
+
+    def run(fn):
+        box, acc = Box(), []
+        totals = [fn(torch.ones(2), box, acc) for _ in range(3)]
+        return totals, box, acc
+
+    (eager, ebox, eacc), (jitted, jbox, jacc) = run(f), run(primtrace.jit(f))
+    assert [type(r) for r in jitted] == [type(r) for r in eager]
+    assert [r.total.item() for r in jitted] == [r.total.item() for r in eager] == [2.0, 4.0, 6.0]
+    assert type(jbox.t) is torch.Tensor and torch.equal(jbox.t, ebox.t)
+    assert len(jacc) == len(eacc) == 3 and all(type(a) is torch.Tensor for a in jacc)

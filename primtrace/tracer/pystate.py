@@ -1,0 +1,592 @@
+"""Python state the traced code writes: plain objects, lists, dicts, closure cells, globals.
+
+A trace runs on later calls without the Python code that made it, so an assignment the
+code makes (``box.t = y``, ``acc.append(x * 2)``, ``CACHE[key] = y``, ``nonlocal n; n += 1``)
+would happen once, at trace time, and leave a proxy behind. Instead:
+
+* **Snapshot.** Before tracing, the plain Python objects the function can reach are
+  copied shallowly: its arguments (lists and dicts arrive as the tracer's copies), the
+  globals and closure cells of its code and of the user's functions and classes those
+  reach by name, and the user attributes of a traced module.
+* **Diff and restore.** After tracing, every snapshotted object is compared with its copy
+  (items by identity); what changed is recorded as a write (the final contents: appends
+  as an extend, dict and attribute changes as sets and deletes) and the object is put
+  back as it was.
+* **Replay.** The written tensors and numbers become extra outputs of the trace; every
+  call (the first included) runs the trace, then applies the writes with that call's
+  values: argument containers are found again from the call's arguments, everything
+  else is the same object (the guard checks identity). Containers created while tracing
+  are built anew per call.
+* **Guards.** What the code could have read of these objects (identity, attribute names,
+  dict keys, list lengths, numbers...) is checked by the state guard
+  (:mod:`primtrace.tracer.state`), so a call that sees another structure retraces.
+
+Whatever cannot be replayed raises :class:`TracingError`, and after tracing no proxy may
+be reachable from the state the function touched (a write this snapshot could not see, in
+an object too deep or of an unsupported kind, is reported, never kept).
+"""
+from __future__ import annotations
+
+import dis
+import types
+
+import torch
+
+from primtrace.ir.proxy import NumberProxy, Proxy, TensorProxy
+from primtrace.tracer.location import is_library
+
+_DEPTH = 6            # levels of plain objects snapshotted below a root
+_MAX_OBJECTS = 20000  # objects snapshotted per trace (the rest is only checked for proxies)
+_MISSING = object()   # an absent global, attribute or key
+_STORE_OPS = ("LOAD_GLOBAL", "LOAD_NAME", "STORE_GLOBAL", "DELETE_GLOBAL")
+
+
+class ReplayError(RuntimeError):
+    """A write of the traced code cannot be replayed (capture turns it into TracingError)."""
+
+
+def plain_dict(obj) -> dict | None:
+    """The ``__dict__`` of a plain instance (a config, a namespace, a cache object); None for
+    modules, functions, classes, tensors, torch's objects and anything without one."""
+    d = getattr(obj, "__dict__", None)
+    if type(d) is not dict or isinstance(obj, (type, types.FunctionType, types.MethodType,
+                                                types.ModuleType, torch.nn.Module,
+                                                torch.Tensor, Proxy)):
+        return None
+    return None if type(obj).__module__.startswith("torch") else d
+
+
+def _module_attributes(m: torch.nn.Module) -> dict:
+    """A module's user attributes (not its parameters, buffers, submodules or hooks)."""
+    from primtrace.tracer.state import _MACHINERY
+    return {k: v for k, v in vars(m).items() if k not in _MACHINERY}
+
+
+# --- the functions whose globals and cells a trace may write ---------------------------
+def _user_functions(fn, roots: list) -> list:
+    """The user's functions reachable from `fn` (and the classes of `roots`) by name,
+    through cells, and as methods of user classes."""
+    from primtrace.tracer.state import _function_of, _library_code
+    todo = [_function_of(fn), getattr(fn, "__func__", None)]
+    if isinstance(fn, torch.nn.Module):
+        todo += [type(m) for m in fn.modules()]
+    todo += [type(r) for r in roots]
+    seen, found = set(), []
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, type):
+            if obj.__module__ in ("builtins",) or obj.__module__.startswith("torch"):
+                continue
+            for klass in obj.__mro__:
+                if klass.__module__ != "builtins" and not klass.__module__.startswith("torch"):
+                    todo += [getattr(v, "__func__", v) for v in vars(klass).values()]
+            continue
+        if not isinstance(obj, types.FunctionType) or \
+                _library_code(obj.__code__, obj.__globals__):
+            continue
+        found.append(obj)
+        g = obj.__globals__
+        for name in _names(obj.__code__):
+            value = g.get(name)
+            if isinstance(value, (types.FunctionType, types.MethodType, type)):
+                todo.append(getattr(value, "__func__", value))
+        for cell in obj.__closure__ or ():
+            try:
+                todo.append(_function_of(cell.cell_contents))
+            except ValueError:
+                pass
+    return found
+
+
+_names_cache: dict = {}
+
+
+def _names(code) -> frozenset:
+    """Global names a code object (and the code nested in it) loads, stores or deletes."""
+    names = _names_cache.get(code)
+    if names is None:
+        found = set()
+        todo = [code]
+        while todo:
+            c = todo.pop()
+            found.update(i.argval for i in dis.get_instructions(c) if i.opname in _STORE_OPS)
+            todo += [k for k in c.co_consts if isinstance(k, types.CodeType)]
+        names = _names_cache[code] = frozenset(found)
+    return names
+
+
+# --- snapshot ------------------------------------------------------------------------------
+class Snapshot:
+    """Shallow copies of the plain Python state a traced function can reach (see above)."""
+
+    def __init__(self, fn, pargs: tuple, pkwargs: dict):
+        self.objects: dict = {}      # id -> (object, kind, copy of its contents, path)
+        self.cells: dict = {}        # id(cell) -> (cell, contents or _MISSING, name)
+        self.globals: dict = {}      # (id(globals), name) -> (globals, name, value or _MISSING)
+        self.arg_paths: dict = {}    # id(the tracer's copy of an argument container) -> path
+        self.arg_objects: list = []  # (plain object, name) passed as (part of) an argument
+        self.full = False            # the object cap was reached
+        for i, a in enumerate(pargs):
+            self._argument(a, ("a", i), f"argument {i}")
+        for k, v in pkwargs.items():
+            self._argument(v, ("k", k), k)
+        if isinstance(fn, torch.nn.Module):
+            for name, m in fn.named_modules():
+                for k, v in _module_attributes(m).items():
+                    self._walk(v, f"{name or 'self'}.{k}", _DEPTH)
+        bound = getattr(fn, "__self__", None)
+        if bound is not None and not isinstance(bound, types.ModuleType):
+            self._walk(bound, "self", _DEPTH)
+        for f in _user_functions(fn, [o for o, *_ in list(self.objects.values())]):
+            for name in _names(f.__code__):
+                key = (id(f.__globals__), name)
+                if key not in self.globals:
+                    value = f.__globals__.get(name, _MISSING)
+                    self.globals[key] = (f.__globals__, name, value)
+                    self._walk(value, name, _DEPTH)
+            for name, cell in zip(f.__code__.co_freevars, f.__closure__ or ()):
+                if id(cell) not in self.cells:
+                    try:
+                        value = cell.cell_contents
+                    except ValueError:
+                        value = _MISSING
+                    self.cells[id(cell)] = (cell, value, name)
+                    self._walk(value, name, _DEPTH)
+
+    def _argument(self, value, path: tuple, label: str) -> None:
+        """The tracer's copies of argument containers are written back by path."""
+        t = type(value)
+        if t is list or t is dict or t is tuple:
+            self.arg_paths[id(value)] = path
+            if t is not tuple:
+                self._record(value, label)
+            items = value.items() if t is dict else enumerate(value)
+            for k, v in items:
+                self._argument(v, (*path, k), f"{label}[{k!r}]")
+        elif plain_dict(value) is not None or _slot_names(type(value)):
+            if plain_dict(value) is not None:
+                self.arg_objects.append((value, label))
+            self._walk(value, label, _DEPTH)
+
+    def _record(self, obj, label, kind=None) -> bool:
+        if id(obj) in self.objects:
+            return False
+        if len(self.objects) >= _MAX_OBJECTS:
+            self.full = True
+            return False
+        if kind is None:
+            kind = "list" if type(obj) is list else "dict" if type(obj) is dict else "obj"
+        self.objects[id(obj)] = (obj, kind, _contents(obj, kind), label)
+        return True
+
+    def _record_class(self, obj, label: str, depth: int) -> None:
+        """The slots of an object and the attributes of its class (a user class): written
+        back with setattr (``self.__class__.count += 1``, a ``__slots__`` cache)."""
+        klass = type(obj)
+        if klass.__module__ == "builtins" or klass.__module__.startswith("torch"):
+            return
+        if _slot_names(klass) and self._record(obj, label, "slots"):
+            for name, v in _contents(obj, "slots").items():
+                self._walk(v, f"{label}.{name}", depth - 1)
+        for c in klass.__mro__[:-1]:
+            if self._record(c, c.__qualname__, "class"):
+                for name, v in _contents(c, "class").items():
+                    if not isinstance(v, (types.FunctionType, type, property, staticmethod,
+                                          classmethod)):
+                        self._walk(v, f"{c.__qualname__}.{name}", depth - 1)
+
+    def _walk(self, value, label: str, depth: int) -> None:
+        if depth < 0 or value is _MISSING or isinstance(value, (torch.Tensor, Proxy)):
+            return
+        t = type(value)
+        if t is tuple:
+            for i, v in enumerate(value):
+                self._walk(v, f"{label}[{i}]", depth - 1)
+            return
+        if t is list or t is dict:
+            if not self._record(value, label):
+                return
+            items = value.items() if t is dict else enumerate(value)
+            for k, v in list(items):
+                self._walk(v, f"{label}[{k!r}]", depth - 1)
+            return
+        if isinstance(value, types.ModuleType):   # a user's module: its globals
+            filename = getattr(value, "__file__", None)
+            if filename is not None and not is_library(filename) and \
+                    self._record(vars(value), label):
+                for k, v in list(vars(value).items()):
+                    if not k.startswith("__"):
+                        self._walk(v, f"{label}.{k}", depth - 1)
+            return
+        if isinstance(value, torch.nn.Module):
+            for k, v in _module_attributes(value).items():
+                self._walk(v, f"{label}.{k}", depth - 1)
+            for k, m in vars(value)["_modules"].items():
+                self._walk(m, f"{label}.{k}", depth - 1)
+            return
+        d = plain_dict(value)
+        if d is not None and self._record(value, label):
+            for k, v in list(d.items()):
+                self._walk(v, f"{label}.{k}", depth - 1)
+        if (d is not None or _slot_names(type(value))) and not isinstance(value, Proxy):
+            self._record_class(value, label, depth)
+
+    # after tracing ----------------------------------------------------------------------
+    def diff(self) -> list:
+        """The writes the traced code made, as (kind, target, old, new, label)."""
+        writes = []
+        for obj, kind, old, label in self.objects.values():
+            new = _contents(obj, kind)
+            if not _same(old, new):
+                writes.append((kind, obj, old, new, label))
+        for cell, old, name in self.cells.values():
+            try:
+                new = cell.cell_contents
+            except ValueError:
+                new = _MISSING
+            if new is not old:
+                writes.append(("cell", cell, old, new, name))
+        for g, name, old in self.globals.values():
+            new = g.get(name, _MISSING)
+            if new is not old:
+                writes.append(("global", g, old, new, name))
+        return writes
+
+    def restore(self) -> None:
+        """Put every snapshotted object back as it was before tracing."""
+        for obj, kind, old, _ in self.objects.values():
+            if _same(old, _contents(obj, kind)):
+                continue
+            if kind == "list":
+                obj[:] = old
+            elif kind in ("slots", "class"):
+                _set_attributes(obj, old)
+            else:
+                d = obj if kind == "dict" else obj.__dict__
+                d.clear()
+                d.update(old)
+        for cell, old, name in self.cells.values():
+            try:
+                if cell.cell_contents is old:
+                    continue
+            except ValueError:
+                if old is _MISSING:
+                    continue
+            if old is _MISSING:
+                try:
+                    del cell.cell_contents
+                except ValueError:
+                    pass
+            else:
+                cell.cell_contents = old
+        for g, name, old in self.globals.values():
+            if g.get(name, _MISSING) is old:
+                continue
+            if old is _MISSING:
+                g.pop(name, None)
+            else:
+                g[name] = old
+
+
+def _contents(obj, kind):
+    if kind == "list":
+        return list(obj)
+    if kind == "slots":
+        found = {}
+        for name in _slot_names(type(obj)):
+            value = getattr(obj, name, _MISSING)
+            if value is not _MISSING:
+                found[name] = value
+        return found
+    if kind == "class":
+        return dict(vars(obj))
+    return dict(obj if kind == "dict" else obj.__dict__)
+
+
+def _slot_names(klass) -> tuple:
+    names = []
+    for c in klass.__mro__:
+        slots = vars(c).get("__slots__", ())
+        names += [slots] if isinstance(slots, str) else [
+            n for n in slots if n not in ("__dict__", "__weakref__")]
+    return tuple(names)
+
+
+def _set_attributes(obj, values: dict, deleted=None) -> None:
+    """Set the attributes of a slotted object or a class to `values` (setattr, delattr)."""
+    current = _contents(obj, "slots" if not isinstance(obj, type) else "class")
+    for name in (current if deleted is None else deleted):
+        if name not in values or deleted is not None:
+            try:
+                delattr(obj, name)
+            except AttributeError:
+                pass
+    for name, value in values.items():
+        if current.get(name, _MISSING) is not value:
+            setattr(obj, name, value)
+
+
+def _same(old, new) -> bool:
+    if len(old) != len(new):
+        return False
+    if type(old) is list:
+        return all(a is b for a, b in zip(old, new))
+    return list(old) == list(new) and all(old[k] is new[k] for k in old)
+
+
+# --- replay --------------------------------------------------------------------------------
+class Replay:
+    """The writes of one trace, applied after each call with that call's values.
+
+    `outputs` are the proxies (tensors, numbers) the writes store: the trace returns them
+    after the function's own result. ``needs_call`` is true when a write goes into an
+    argument container (then jit passes the call's arguments, see ``apply``)."""
+
+    def __init__(self, snapshot: Snapshot, writes: list):
+        self.snapshot = snapshot
+        self.outputs: list = []
+        self._index: dict = {}      # id(proxy) -> index in outputs
+        self._memo: dict = {}       # id(new object) -> its template (shared by all uses)
+        self.needs_call = False
+        self.ops = [self._op(*w) for w in writes]
+        self.snapshot = None        # keep no copies alive once the ops are built
+
+    def _target(self, obj):
+        path = self.snapshot.arg_paths.get(id(obj))
+        if path is not None:
+            self.needs_call = True
+            return ("arg", path)
+        return ("const", obj)
+
+    def _op(self, kind, target, old, new, label):
+        if kind == "list":
+            if len(new) >= len(old) and all(a is b for a, b in zip(old, new)):
+                return ("extend", self._target(target), [self._encode(v, label)
+                                                         for v in new[len(old):]])
+            return ("assign", self._target(target), [self._encode(v, label) for v in new])
+        if kind in ("slots", "class"):
+            return ("setattrs", self._target(target), [k for k in old if k not in new],
+                    {k: self._encode(v, f"{label}.{k}") for k, v in new.items()
+                     if k not in old or old[k] is not v})
+        if kind in ("dict", "obj"):
+            deleted = [k for k in old if k not in new]
+            order = [k for k in old if k in new] + [k for k in new if k not in old]
+            sets = {k: self._encode(v, f"{label}[{k!r}]" if kind == "dict" else f"{label}.{k}")
+                    for k, v in new.items() if k not in old or old[k] is not v}
+            op = "update" if order == list(new) else "replace"
+            if op == "replace":   # the key order changed (a pop and a set): rewrite it all
+                sets = {k: self._encode(v, label) for k, v in new.items()}
+            return (op, kind, self._target(target), deleted, sets)
+        if kind == "cell":
+            return ("cell", target, None if new is _MISSING else self._encode(new, label),
+                    new is _MISSING)
+        return ("global", target, label, None if new is _MISSING else
+                self._encode(new, label), new is _MISSING)
+
+    def _encode(self, v, label, depth: int = 0):
+        """A template of a written value: an output slot, an argument, the same object, or
+        a container made while tracing (rebuilt on each call)."""
+        if isinstance(v, (TensorProxy, NumberProxy)):
+            index = self._index.get(id(v))
+            if index is None:
+                index = self._index[id(v)] = len(self.outputs)
+                self.outputs.append(v)
+            return ("out", index)
+        if isinstance(v, Proxy):
+            raise ReplayError(f"{label} was assigned a {type(v).__name__}, which a trace "
+                              f"cannot return")
+        if id(v) in self.snapshot.arg_paths:
+            self.needs_call = True
+            return ("arg", self.snapshot.arg_paths[id(v)])
+        if id(v) in self.snapshot.objects or isinstance(v, torch.Tensor):
+            return ("const", v)
+        if id(v) in self._memo:
+            return self._memo[id(v)]
+        if depth > _DEPTH:
+            raise ReplayError(f"{label}: the value written is nested too deeply to replay")
+        t = type(v)
+        if t is list or t is tuple or t is set or t is frozenset:
+            items = [self._encode(x, f"{label}[{i}]", depth + 1) for i, x in enumerate(v)]
+            if t in (tuple, frozenset) and all(i[0] == "const" for i in items):
+                return ("const", v)
+            template = self._memo[id(v)] = ("new", t, items)
+            return template
+        if t is dict:
+            items = [(k, self._encode(x, f"{label}[{k!r}]", depth + 1)) for k, x in v.items()]
+            template = self._memo[id(v)] = ("new", dict, items)
+            return template
+        if not _holds_proxy(v):
+            return ("const", v)
+        d = plain_dict(v)
+        if d is None or _slot_names(t):
+            raise ReplayError(f"{label} was assigned a {t.__qualname__} made while tracing "
+                              f"that holds traced values, which primtrace cannot rebuild on "
+                              f"later calls")
+        items = [(k, self._encode(x, f"{label}.{k}", depth + 1)) for k, x in d.items()]
+        template = self._memo[id(v)] = ("newobj", t, items)
+        return template
+
+    # per call ----------------------------------------------------------------------------
+    def apply(self, values, call=None) -> None:
+        memo = {}
+
+        def build(t):
+            tag = t[0]
+            if tag == "out":
+                return values[t[1]]
+            if tag == "const":
+                return t[1]
+            if tag == "arg":
+                return _follow(call, t[1])
+            made = memo.get(id(t))
+            if made is not None:
+                return made
+            if tag == "new":
+                kind, items = t[1], t[2]
+                if kind is dict:
+                    made = memo[id(t)] = {}
+                    made.update((k, build(x)) for k, x in items)
+                elif kind is list:
+                    made = memo[id(t)] = []
+                    made.extend(build(x) for x in items)
+                else:
+                    made = memo[id(t)] = kind(build(x) for x in items)
+                return made
+            made = memo[id(t)] = t[1].__new__(t[1])   # "newobj": a plain instance
+            made.__dict__.update((k, build(x)) for k, x in t[2])
+            return made
+
+        def target(t):
+            return t[1] if t[0] == "const" else _follow(call, t[1])
+
+        for op in self.ops:
+            tag = op[0]
+            if tag == "extend":
+                target(op[1]).extend([build(x) for x in op[2]])
+            elif tag == "assign":
+                target(op[1])[:] = [build(x) for x in op[2]]
+            elif tag == "setattrs":
+                obj = target(op[1])
+                for k in op[2]:
+                    delattr(obj, k)
+                for k, x in op[3].items():
+                    setattr(obj, k, build(x))
+            elif tag in ("update", "replace"):
+                obj = target(op[2])
+                d = obj if op[1] == "dict" else obj.__dict__
+                if tag == "replace":
+                    d.clear()
+                for k in op[3]:
+                    d.pop(k, None)
+                for k, x in op[4].items():
+                    d[k] = build(x)
+            elif tag == "cell":
+                if op[3]:
+                    del op[1].cell_contents
+                else:
+                    op[1].cell_contents = build(op[2])
+            else:   # "global"
+                _, g, name, value, deleted = op
+                if deleted:
+                    g.pop(name, None)
+                else:
+                    g[name] = build(value)
+
+    def wrap(self, run):
+        """The compiled function of a trace with writes: runs it, applies the writes."""
+        return Replaying(run, self)
+
+
+class Replaying:
+    """``run`` then the writes: what the jit cache holds for a trace that writes state.
+    Called like the compiled function (``fn(*inputs)``); ``call_with`` also gets the
+    call's arguments, for writes into argument containers."""
+    __slots__ = ("run", "replay", "needs_call")
+
+    def __init__(self, run, replay: Replay):
+        self.run, self.replay, self.needs_call = run, replay, replay.needs_call
+
+    def __call__(self, *inputs):
+        out, values = self.run(*inputs)
+        self.replay.apply(values)
+        return out
+
+    def call_with(self, call: tuple, inputs):
+        out, values = self.run(*inputs)
+        self.replay.apply(values, call)
+        return out
+
+
+def _follow(call, path):
+    args, kwargs = call
+    obj = args[path[1]] if path[0] == "a" else kwargs[path[1]]
+    for k in path[2:]:
+        obj = obj[k]
+    return obj
+
+
+def _holds_proxy(v, depth: int = 0) -> bool:
+    if isinstance(v, Proxy):
+        return True
+    if depth > _DEPTH:
+        return False
+    t = type(v)
+    if t in (list, tuple, set, frozenset):
+        return any(_holds_proxy(x, depth + 1) for x in v)
+    if t is dict:
+        return any(_holds_proxy(x, depth + 1) for x in v.values())
+    d = plain_dict(v)
+    if d is not None and any(_holds_proxy(x, depth + 1) for x in d.values()):
+        return True
+    return any(_holds_proxy(getattr(v, n, None), depth + 1) for n in _slot_names(t))
+
+
+# --- no proxy may escape -----------------------------------------------------------------------
+def find_proxy(roots, limit: int = 4 * _MAX_OBJECTS):
+    """(path, proxy) of a proxy reachable from `roots` ((label, value) pairs) through
+    containers, plain objects and module attributes, or None."""
+    seen = set()
+    todo = [(label, value, 0) for label, value in roots]
+    while todo and len(seen) < limit:
+        label, v, depth = todo.pop()
+        if isinstance(v, Proxy):
+            return label, v
+        if id(v) in seen or depth > 2 * _DEPTH or isinstance(v, torch.Tensor):
+            continue
+        t = type(v)
+        if t in (list, tuple, set, frozenset):
+            seen.add(id(v))
+            todo += [(f"{label}[{i}]", x, depth + 1) for i, x in enumerate(v)]
+        elif t is dict:
+            seen.add(id(v))
+            todo += [(f"{label}[{k!r}]", x, depth + 1) for k, x in v.items()]
+        elif isinstance(v, torch.nn.Module):
+            seen.add(id(v))
+            todo += [(f"{label}.{k}", x, depth + 1) for k, x in _module_attributes(v).items()]
+            todo += [(f"{label}.{k}", x, depth + 1) for k, x in vars(v)["_modules"].items()]
+        elif isinstance(v, types.ModuleType):
+            filename = getattr(v, "__file__", None)
+            if depth == 0 and filename is not None and not is_library(filename):
+                seen.add(id(v))   # a user's module named by a global: its own globals
+                todo += [(f"{label}.{k}", x, depth + 1) for k, x in vars(v).items()
+                         if not k.startswith("__")]
+        elif not isinstance(v, (types.FunctionType, types.MethodType)):
+            seen.add(id(v))
+            d = plain_dict(v)
+            if d is not None:
+                todo += [(f"{label}.{k}", x, depth + 1) for k, x in d.items()]
+            klass = v if isinstance(v, type) else type(v)
+            if klass.__module__ in ("builtins",) or klass.__module__.startswith("torch"):
+                continue
+            for c in klass.__mro__[:-1]:   # slots, and class attributes of user classes
+                for name in getattr(c, "__slots__", ()):
+                    x = getattr(v, name, None) if isinstance(name, str) else None
+                    todo.append((f"{label}.{name}", x, depth + 1))
+                if id(c) not in seen:
+                    seen.add(id(c))
+                    todo += [(f"{c.__qualname__}.{k}", x, depth + 1) for k, x in vars(c).items()
+                             if not k.startswith("__")]
+    return None
