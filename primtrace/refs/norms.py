@@ -15,7 +15,7 @@ import torch
 from primtrace import dtypes, prims
 from primtrace.refs import linalg as L
 from primtrace.refs import products as M
-from primtrace.refs.core import exports, maybe_convert, ref
+from primtrace.refs.core import exports, is_tensor, maybe_convert, ref
 from primtrace.refs.reductions import keep_dims, reduction_dims, wrap_dim
 from primtrace.refs.scalars import concrete
 
