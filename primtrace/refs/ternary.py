@@ -219,9 +219,6 @@ def _masked_fill_check(input, mask, value):
         check_fits(value, input.dtype)
     elif not is_tensor(value):
         raise TypeError(f"masked_fill(): argument 'value' must be Number, not {type(value).__name__}")
-    elif value.dtype.is_complex and not input.dtype.is_complex:   # eager reads value.item()
-        raise RuntimeError(f"value cannot be converted to type {dtypes.scalar_type_name(input.dtype)} "
-                           "without overflow")
 
 
 @ref
