@@ -27,47 +27,35 @@ an object too deep or of an unsupported kind, is reported, never kept).
 """
 from __future__ import annotations
 
-import dis
 import types
 
 import torch
 
 from primtrace.ir.proxy import NumberProxy, Proxy, TensorProxy
 from primtrace.tracer.location import is_library
+from primtrace.tracer.user_code import (MACHINERY, function_of, global_names, library_code,
+                                        plain_dict)
 
 _DEPTH = 6            # levels of plain objects snapshotted below a root
 _MAX_OBJECTS = 20000  # objects snapshotted per trace (the rest is only checked for proxies)
 _MISSING = object()   # an absent global, attribute or key
-_STORE_OPS = ("LOAD_GLOBAL", "LOAD_NAME", "STORE_GLOBAL", "DELETE_GLOBAL")
+_GLOBAL_OPS = ("LOAD_GLOBAL", "LOAD_NAME", "STORE_GLOBAL", "DELETE_GLOBAL")   # read or written
 
 
 class ReplayError(RuntimeError):
     """A write of the traced code cannot be replayed (capture turns it into TracingError)."""
 
 
-def plain_dict(obj) -> dict | None:
-    """The ``__dict__`` of a plain instance (a config, a namespace, a cache object); None for
-    modules, functions, classes, tensors, torch's objects and anything without one."""
-    d = getattr(obj, "__dict__", None)
-    if type(d) is not dict or isinstance(obj, (type, types.FunctionType, types.MethodType,
-                                                types.ModuleType, torch.nn.Module,
-                                                torch.Tensor, Proxy)):
-        return None
-    return None if type(obj).__module__.startswith("torch") else d
-
-
 def _module_attributes(m: torch.nn.Module) -> dict:
     """A module's user attributes (not its parameters, buffers, submodules or hooks)."""
-    from primtrace.tracer.state import _MACHINERY
-    return {k: v for k, v in vars(m).items() if k not in _MACHINERY}
+    return {k: v for k, v in vars(m).items() if k not in MACHINERY}
 
 
 # --- the functions whose globals and cells a trace may write ---------------------------
 def _user_functions(fn, roots: list) -> list:
     """The user's functions reachable from `fn` (and the classes of `roots`) by name,
     through cells, and as methods of user classes."""
-    from primtrace.tracer.state import _function_of, _library_code
-    todo = [_function_of(fn), getattr(fn, "__func__", None)]
+    todo = [function_of(fn), getattr(fn, "__func__", None)]
     if isinstance(fn, torch.nn.Module):
         todo += [type(m) for m in fn.modules()]
     todo += [type(r) for r in roots]
@@ -85,37 +73,20 @@ def _user_functions(fn, roots: list) -> list:
                     todo += [getattr(v, "__func__", v) for v in vars(klass).values()]
             continue
         if not isinstance(obj, types.FunctionType) or \
-                _library_code(obj.__code__, obj.__globals__):
+                library_code(obj.__code__, obj.__globals__):
             continue
         found.append(obj)
         g = obj.__globals__
-        for name in _names(obj.__code__):
+        for name in global_names(obj.__code__, _GLOBAL_OPS, nested=True):
             value = g.get(name)
             if isinstance(value, (types.FunctionType, types.MethodType, type)):
                 todo.append(getattr(value, "__func__", value))
         for cell in obj.__closure__ or ():
             try:
-                todo.append(_function_of(cell.cell_contents))
+                todo.append(function_of(cell.cell_contents))
             except ValueError:
                 pass
     return found
-
-
-_names_cache: dict = {}
-
-
-def _names(code) -> frozenset:
-    """Global names a code object (and the code nested in it) loads, stores or deletes."""
-    names = _names_cache.get(code)
-    if names is None:
-        found = set()
-        todo = [code]
-        while todo:
-            c = todo.pop()
-            found.update(i.argval for i in dis.get_instructions(c) if i.opname in _STORE_OPS)
-            todo += [k for k in c.co_consts if isinstance(k, types.CodeType)]
-        names = _names_cache[code] = frozenset(found)
-    return names
 
 
 # --- snapshot ------------------------------------------------------------------------------
@@ -141,7 +112,7 @@ class Snapshot:
         if bound is not None and not isinstance(bound, types.ModuleType):
             self._walk(bound, "self", _DEPTH)
         for f in _user_functions(fn, [o for o, *_ in list(self.objects.values())]):
-            for name in _names(f.__code__):
+            for name in global_names(f.__code__, _GLOBAL_OPS, nested=True):
                 key = (id(f.__globals__), name)
                 if key not in self.globals:
                     value = f.__globals__.get(name, _MISSING)

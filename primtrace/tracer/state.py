@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import dis
 import enum
 import sys
 import threading
@@ -39,16 +38,15 @@ import types
 import torch
 
 from primtrace.ir.proxy import TensorProxy, TensorSpec
-from primtrace.tracer.location import is_library
-from primtrace.tracer.pystate import plain_dict
+from primtrace.tracer.user_code import (MACHINERY as _MACHINERY, function_of as _function_of,
+                                        global_names, library_code as _library_code,
+                                        plain_dict)
 
 _Module = torch.nn.Module
 _object_getattribute = object.__getattribute__
 _active: contextvars.ContextVar["StateRecorder | None"] = contextvars.ContextVar(
     "primtrace_state", default=None)
 
-#: nn.Module's own bookkeeping attributes; of those, reads of these mean something
-_MACHINERY = frozenset(vars(_Module())) | {"__dict__", "__class__"}
 _STRUCTURE = ("_parameters", "_buffers", "_modules")   # iterated: its items are guarded
 _NUMBERS = (int, float, complex, str, bytes, torch.device)
 _SCALARS = (bool, *_NUMBERS, torch.dtype)
@@ -118,52 +116,12 @@ def _module_patches():
                 _Module.__setattr__ = _original_setattr
 
 
-_global_names: dict = {}
-_library: dict = {}
 _acquire_code = None   # the tracer's frame that runs the traced function: walks stop there
 
 
 def set_stop_frame(code) -> None:
     global _acquire_code
     _acquire_code = code
-
-
-def _library_code(code, g: dict) -> bool:
-    """Whether the globals of `code` (run with globals `g`) go unguarded: library code.
-
-    Code compiled from a string (``exec``, ``<string>``) is judged by its globals, not its
-    file name: a function exec'd in a dict of its own is the user's (its globals are read
-    again on every call), one exec'd in a library module's dict (generated code) is not."""
-    found = _library.get(code)
-    if found is None:   # an import is not a read: module-level code does not count
-        if code.co_name == "<module>":
-            found = True
-        elif code.co_filename.startswith("<") and not code.co_filename.startswith(
-                ("<stdin>", "<ipython")):
-            found = _library_globals(g)
-        else:
-            found = is_library(code.co_filename)
-        _library[code] = found
-    return found
-
-
-def _library_globals(g: dict) -> bool:
-    """`g` is the dict of a library module (not a dict of its own, nor a user's module)."""
-    module = sys.modules.get(g.get("__name__")) if isinstance(g.get("__name__"), str) else None
-    if module is None or getattr(module, "__dict__", None) is not g:
-        return False
-    filename = getattr(module, "__file__", None)
-    return filename is None or is_library(filename)
-
-
-def global_names(code) -> frozenset:
-    """The global names a code object loads (cached per code object)."""
-    names = _global_names.get(code)
-    if names is None:
-        names = frozenset(i.argval for i in dis.get_instructions(code)
-                          if i.opname in ("LOAD_GLOBAL", "LOAD_NAME"))
-        _global_names[code] = names
-    return names
 
 
 # --- sources: expressions that fetch a value again -------------------------------------
@@ -570,13 +528,6 @@ class Guard:
 
     def __repr__(self):
         return f"<primtrace guard over {len(self.proxies)} state tensor(s)>"
-
-
-def _function_of(obj):
-    """The Python function behind a callable (a bound method's, a module's forward)."""
-    if isinstance(obj, _Module):
-        obj = type(obj).forward
-    return getattr(obj, "__func__", obj)
 
 
 def _cell_functions(root) -> list:
