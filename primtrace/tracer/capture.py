@@ -629,7 +629,8 @@ def _acquire(fn, args, kwargs, name, numbers_as_constants: bool) -> TracingTrace
     try:
         with tracing(trace), CaptureMode(trace), trace.state.recording(), compiling():
             out = fn(*pargs, **pkwargs)
-        out, rebuild = split_outputs(out)   # a dataclass, a namedtuple... as plain containers
+        # a dataclass, a namedtuple, an object made while tracing... as plain containers
+        out, rebuild = split_outputs(out, snapshot.objects.keys() | snapshot.arg_paths.keys())
         writes = snapshot.diff()
         snapshot.restore()   # the guard checks the state a call starts from
         if writes:   # replayed after each call; the values written are extra outputs

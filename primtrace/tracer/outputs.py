@@ -10,7 +10,12 @@ Leaves that are not tensors (ints, strings, None) are returned as traced.
 
 Containers are what ``torch.utils._pytree`` knows (namedtuples, ``torch.return_types``,
 OrderedDict, defaultdict, deque, ModelOutput, which registers itself, and any type
-registered with it), dataclass instances, and subclasses of tuple, list and dict.
+registered with it), dataclass instances, and subclasses of tuple, list and dict. A plain
+object made while tracing that holds traced values in its attributes (a transformers
+``DynamicCache`` a model builds and returns) is rebuilt too: a new instance of its class,
+attribute by attribute, without running its ``__init__`` again. Objects that existed before
+the call (`existing`: an argument, a global cache) are returned as they are: the replay of
+Python writes updates them in place, as eager does.
 """
 from __future__ import annotations
 
@@ -23,40 +28,45 @@ import torch
 import torch.utils._pytree as pytree
 
 from primtrace.ir.proxy import Proxy
+from primtrace.tracer.user_code import plain_dict, slot_names
 
 _PLAIN = (tuple, list, dict)
+_MAX_DEPTH = 16   # objects inside objects: deeper nests are not rebuilt
 
 
-def split(obj) -> tuple[object, Callable | None]:
+def split(obj, existing=frozenset(), _within: tuple = ()) -> tuple[object, Callable | None]:
     """(plain, rebuild): `obj` with every container that is not a plain tuple, list or dict
     replaced by the tuple of its children, and the function that builds `obj`'s kinds of
-    containers around values in that plain nest; rebuild is None when `obj` is plain."""
+    containers around values in that plain nest; rebuild is None when `obj` is plain.
+    `existing`: ids of objects that existed before tracing (returned as they are);
+    `_within`: the ids of the containers around `obj` (a cycle is a leaf)."""
     t = type(obj)
     if t is tuple or t is list:
-        plain, rebuilds = _split_all(obj)
+        plain, rebuilds = _split_all(obj, existing, _within)
         if not any(rebuilds):
             return obj, None
         return t(plain), lambda values: t(_apply(rebuilds, values))
     if t is dict:
         keys = list(obj)
-        plain, rebuilds = _split_all(obj[k] for k in keys)
+        plain, rebuilds = _split_all((obj[k] for k in keys), existing, _within)
         if not any(rebuilds):
             return obj, None
         return dict(zip(keys, plain)), lambda values: dict(
             zip(keys, _apply(rebuilds, [values[k] for k in keys])))
-    container = _container(obj)
+    container = _container(obj, existing, _within)
     if container is None:
-        _warn_if_holding_proxies(obj)
+        if id(obj) not in existing:
+            _warn_if_holding_proxies(obj)
         return obj, None   # a leaf
     children, make = container
-    plain, rebuilds = _split_all(children)
+    plain, rebuilds = _split_all(children, existing, (*_within, id(obj)))
     if not any(rebuilds):
         return tuple(plain), make
     return tuple(plain), lambda values: make(list(_apply(rebuilds, values)))
 
 
-def _split_all(items):
-    parts = [split(x) for x in items]
+def _split_all(items, existing, within):
+    parts = [split(x, existing, within) for x in items]
     return [p for p, _ in parts], [r for _, r in parts]
 
 
@@ -64,10 +74,12 @@ def _apply(rebuilds, values):
     return (v if r is None else r(v) for r, v in zip(rebuilds, values))
 
 
-def _container(obj):
+def _container(obj, existing=frozenset(), within: tuple = ()):
     """(children, make) of a container that is not plain, or None for a leaf; `make` builds
     the same kind of container from a list of new children."""
     t = type(obj)
+    if id(obj) in existing or id(obj) in within or len(within) > _MAX_DEPTH:
+        return None
     node = pytree.SUPPORTED_NODES.get(t)
     if node is not None and t not in _PLAIN:   # OrderedDict, ModelOutput, registered types
         children, context = node.flatten_fn(obj)
@@ -84,7 +96,18 @@ def _container(obj):
         return [obj[k] for k in keys], lambda values: _with_items(obj, keys, values)
     if isinstance(obj, list):
         return list(obj), lambda values: _with_items(obj, range(len(values)), values)
+    d = plain_dict(obj)
+    if d is not None and not slot_names(t) and _proxy_path(obj, 0, set()) is not None:
+        names = list(d)
+        return [d[n] for n in names], lambda values: _instance(t, names, values)
     return None
+
+
+def _instance(t, names, values):
+    """A new `t` holding `values` in its attributes (its ``__init__`` ran while tracing)."""
+    new = t.__new__(t)
+    new.__dict__.update(zip(names, values))
+    return new
 
 
 def _replaced(obj, names, values):
@@ -135,6 +158,7 @@ def _proxy_path(obj, depth: int, seen: set):
         items = [(f"[{i}]", v) for i, v in enumerate(obj)]
     else:
         items = [(f".{k}", v) for k, v in getattr(obj, "__dict__", {}).items()]
+        items += [(f".{k}", getattr(obj, k)) for k in slot_names(type(obj)) if hasattr(obj, k)]
     for where, value in items[:64]:
         found = _proxy_path(value, depth + 1, seen)
         if found is not None:

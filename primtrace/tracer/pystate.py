@@ -34,7 +34,7 @@ import torch
 from primtrace.ir.proxy import NumberProxy, Proxy, TensorProxy
 from primtrace.tracer.location import is_library
 from primtrace.tracer.user_code import (MACHINERY, function_of, global_names, library_code,
-                                        plain_dict)
+                                        plain_dict, slot_names)
 
 _DEPTH = 6            # levels of plain objects snapshotted below a root
 _MAX_OBJECTS = 20000  # objects snapshotted per trace (the rest is only checked for proxies)
@@ -137,7 +137,7 @@ class Snapshot:
             items = value.items() if t is dict else enumerate(value)
             for k, v in items:
                 self._argument(v, (*path, k), f"{label}[{k!r}]")
-        elif plain_dict(value) is not None or _slot_names(type(value)):
+        elif plain_dict(value) is not None or slot_names(type(value)):
             if plain_dict(value) is not None:
                 self.arg_objects.append((value, label))
             self._walk(value, label, _DEPTH)
@@ -159,7 +159,7 @@ class Snapshot:
         klass = type(obj)
         if klass.__module__ == "builtins" or klass.__module__.startswith("torch"):
             return
-        if _slot_names(klass) and self._record(obj, label, "slots"):
+        if slot_names(klass) and self._record(obj, label, "slots"):
             for name, v in _contents(obj, "slots").items():
                 self._walk(v, f"{label}.{name}", depth - 1)
         for c in klass.__mro__[:-1]:
@@ -202,7 +202,7 @@ class Snapshot:
         if d is not None and self._record(value, label):
             for k, v in list(d.items()):
                 self._walk(v, f"{label}.{k}", depth - 1)
-        if (d is not None or _slot_names(type(value))) and not isinstance(value, Proxy):
+        if (d is not None or slot_names(type(value))) and not isinstance(value, Proxy):
             self._record_class(value, label, depth)
 
     # after tracing ----------------------------------------------------------------------
@@ -267,7 +267,7 @@ def _contents(obj, kind):
         return list(obj)
     if kind == "slots":
         found = {}
-        for name in _slot_names(type(obj)):
+        for name in slot_names(type(obj)):
             value = getattr(obj, name, _MISSING)
             if value is not _MISSING:
                 found[name] = value
@@ -275,15 +275,6 @@ def _contents(obj, kind):
     if kind == "class":
         return dict(vars(obj))
     return dict(obj if kind == "dict" else obj.__dict__)
-
-
-def _slot_names(klass) -> tuple:
-    names = []
-    for c in klass.__mro__:
-        slots = vars(c).get("__slots__", ())
-        names += [slots] if isinstance(slots, str) else [
-            n for n in slots if n not in ("__dict__", "__weakref__")]
-    return tuple(names)
 
 
 def _set_attributes(obj, values: dict, deleted=None) -> None:
@@ -392,7 +383,7 @@ class Replay:
         if not _holds_proxy(v):
             return ("const", v)
         d = plain_dict(v)
-        if d is None or _slot_names(t):
+        if d is None or slot_names(t):
             raise ReplayError(f"{label} was assigned a {t.__qualname__} made while tracing "
                               f"that holds traced values, which primtrace cannot rebuild on "
                               f"later calls")
@@ -512,7 +503,7 @@ def _holds_proxy(v, depth: int = 0) -> bool:
     d = plain_dict(v)
     if d is not None and any(_holds_proxy(x, depth + 1) for x in d.values()):
         return True
-    return any(_holds_proxy(getattr(v, n, None), depth + 1) for n in _slot_names(t))
+    return any(_holds_proxy(getattr(v, n, None), depth + 1) for n in slot_names(t))
 
 
 # --- no proxy may escape -----------------------------------------------------------------------

@@ -84,3 +84,14 @@ def plain_dict(obj) -> dict | None:
                                                 torch.Tensor, Proxy)):
         return None
     return None if type(obj).__module__.startswith("torch") else d
+
+
+def slot_names(klass) -> tuple:
+    """The names of `klass`'s attributes kept outside ``__dict__`` (its ``__slots__`` and its
+    bases'; abc.ABC's empty ``__slots__`` add none)."""
+    names = []
+    for c in klass.__mro__:
+        slots = vars(c).get("__slots__", ())
+        names += [slots] if isinstance(slots, str) else [
+            n for n in slots if n not in ("__dict__", "__weakref__")]
+    return tuple(names)

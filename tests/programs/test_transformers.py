@@ -87,3 +87,52 @@ def test_explain_finds_no_opaque_op_with_the_defaults(quiet):
     model.eval()
     ids = _calls()[0][0]
     assert not primtrace.explain(model, input_ids=ids).opaque
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_default_call_returns_a_cache_of_real_tensors(name, quiet):
+    """With use_cache's default the model builds a DynamicCache while tracing and returns it:
+    every call gets a new cache object holding that call's keys and values, eager's."""
+    torch.manual_seed(0)
+    model, _ = MODELS[name]()
+    model.eval()
+    jm = primtrace.jit(model)
+    caches = []
+    with torch.no_grad():
+        for ids, mask in _calls():
+            out, eager = jm(input_ids=ids, attention_mask=mask), model(input_ids=ids, attention_mask=mask)
+            torch.testing.assert_close(out.logits, eager.logits, atol=1e-5, rtol=1e-4)
+            got, want = out.past_key_values, eager.past_key_values
+            assert type(got) is type(want) and len(got.layers) == len(want.layers)
+            for g, w in zip(got.layers, want.layers):
+                assert type(g.keys) is torch.Tensor and type(g.values) is torch.Tensor
+                torch.testing.assert_close(g.keys, w.keys, atol=1e-5, rtol=1e-4)
+                torch.testing.assert_close(g.values, w.values, atol=1e-5, rtol=1e-4)
+            caches.append(got)
+    assert len({id(c) for c in caches}) == 3
+
+
+def test_greedy_generation_carrying_the_cache(quiet):
+    """The loop users write: the cache a call returns goes into the next call, which grows
+    it in place (replayed Python writes); tokens and cache equal eager's. Each new length
+    is a new trace until traces are shape-generic (issue 20)."""
+    torch.manual_seed(0)
+    model, _ = gpt2()
+    model.eval()
+    ids = torch.randint(0, VOCAB, (2, 4), generator=torch.Generator().manual_seed(3))
+
+    def generate(m, steps=3):
+        out = m(input_ids=ids)
+        tokens, cache = [out.logits[:, -1].argmax(-1)], out.past_key_values
+        for _ in range(steps):
+            out = m(input_ids=tokens[-1][:, None], past_key_values=cache)
+            assert out.past_key_values is cache
+            tokens.append(out.logits[:, -1].argmax(-1))
+        return torch.stack(tokens, 1), cache
+
+    with torch.no_grad():
+        (got, gcache), (want, wcache) = generate(primtrace.jit(model)), generate(model)
+    assert torch.equal(got, want)
+    for g, w in zip(gcache.layers, wcache.layers):
+        assert type(g.keys) is torch.Tensor and g.keys.shape == w.keys.shape == (2, 4, 7, 16)
+        torch.testing.assert_close(g.keys, w.keys, atol=1e-5, rtol=1e-4)

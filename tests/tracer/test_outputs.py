@@ -1,5 +1,6 @@
 """What a jitted function returns: its own containers rebuilt around each call's tensors,
 numbers read from tensors (item, equal, allclose), and is_compiling() while tracing."""
+import abc
 import collections
 import dataclasses
 import threading
@@ -103,12 +104,68 @@ def test_model_output_is_rebuilt():
     torch.testing.assert_close(got.hidden[1], expected.hidden[1])
 
 
-def test_an_object_holding_traced_values_warns():
+def test_an_object_made_while_tracing_is_rebuilt_with_each_calls_tensors():
+    """A cache object the function builds and returns (transformers' DynamicCache: layers
+    of objects holding keys and values) is a new object of its class on every call, holding
+    that call's tensors; its __init__ is not run again."""
+    class Layer(abc.ABC):   # abc.ABC's empty __slots__: still a plain object
+        def __init__(self, k):
+            self.keys, self.ready = k, True
+
     class Cache:
-        def __init__(self, t):
-            self.layers = [{"keys": t}]
-    with pytest.warns(UserWarning, match=r"Cache object that holds traced values \(Cache.layers\[0\]"):
-        primtrace.jit(lambda x: (x + 1, Cache(x * 2)))(torch.ones(2))
+        made = 0
+
+        def __init__(self, t, config):
+            Cache.made += 1
+            self.layers, self.config = [Layer(t), {"v": t + 1}], config
+
+    config = object()
+    fn = lambda x: (x + 1, Cache(x * 2, config))  # noqa: E731
+    jfn = primtrace.jit(fn)
+    first = jfn(torch.ones(2))[1]
+    made = Cache.made
+    for x in (torch.arange(2.0), torch.full((2,), 5.0)):
+        _, cache = jfn(x)
+        assert type(cache) is Cache and cache is not first and Cache.made == made
+        assert type(cache.layers[0]) is Layer and cache.layers[0].ready is True
+        assert cache.config is config
+        assert type(cache.layers[0].keys) is torch.Tensor
+        torch.testing.assert_close(cache.layers[0].keys, x * 2)
+        torch.testing.assert_close(cache.layers[1]["v"], x * 2 + 1)
+
+
+def test_a_returned_argument_object_is_the_same_object_updated_in_place():
+    class Box:
+        pass
+
+    def f(x, box):
+        box.t = x * 2
+        return box
+
+    box = Box()
+    jfn = primtrace.jit(f)
+    for x in (torch.ones(2), torch.arange(2.0)):
+        assert jfn(x, box) is box
+        torch.testing.assert_close(box.t, x * 2)
+
+
+class _SlotCache:
+    __slots__ = ("layers", "__dict__")
+
+    def __init__(self, t):
+        self.layers = [{"keys": t}]
+
+
+class _CyclicCache:
+    def __init__(self, t):
+        self.layers, self.me = [{"keys": t}], self
+
+
+@pytest.mark.parametrize("cls", [_SlotCache, _CyclicCache])
+def test_an_object_primtrace_cannot_rebuild_warns(cls):
+    """Attributes outside __dict__, or a cycle: said, not returned silently."""
+    with pytest.warns(UserWarning, match=r"Cache object that holds traced values"):
+        primtrace.jit(lambda x: (x + 1, cls(x * 2)))(torch.ones(2))
 
 
 # --- numbers read from tensors ------------------------------------------------------------------
