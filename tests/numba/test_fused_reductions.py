@@ -419,17 +419,41 @@ def test_layer_norm_affine_is_one_rounding_as_eagers_fma():
         assert ours <= eager, (ours, eager)
 
 
-def test_gpt_block_with_randn_weights_is_as_close_to_float64_as_eager():
-    """A GPT block (examples/gpt.py) with randn LayerNorm and MLP weights: its fused
-    layer norms keep the block's result at least as close to float64 as eager's. (Random
-    q/k/v weights saturate the softmax, which then turns any last-bit difference of a layer
-    norm, even a correctly rounded one, into noise that is as often above eager's as below.)"""
+def _gpt_example():
     import importlib.util
     import pathlib
     spec = importlib.util.spec_from_file_location(
         "gpt_example", pathlib.Path(__file__).parents[2] / "examples" / "gpt.py")
     gpt = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gpt)
+    return gpt
+
+
+def test_gpt_blocks_with_every_weight_randn_are_as_close_to_float64_as_eager_on_average():
+    """Issue 18's repro: every parameter of the block randn (q/k/v too). Per seed the ratio
+    of our error to eager's is noise around 1 (0.81-1.06 over these 12 seeds; it was 1.3
+    before the layer norm's affine became one rounding); over the seeds ours is not farther."""
+    gpt, ratios = _gpt_example(), []
+    for seed in range(12):
+        torch.manual_seed(seed)
+        block = gpt.Block(gpt.Config(vocab=1, context=32, heads=4, width=64)).eval()
+        with torch.no_grad():
+            for p in block.parameters():
+                p.copy_(torch.randn(p.shape))
+            x = torch.randn(2, 32, 64)
+            got = fused(block)(x)
+            ref = block.double()(x.double())
+            block.float()
+            ratios.append((got.double() - ref).abs().mean() / (block(x).double() - ref).abs().mean())
+    assert sum(ratios) / len(ratios) <= 1.0, ratios
+
+
+def test_gpt_block_with_randn_weights_is_as_close_to_float64_as_eager():
+    """A GPT block (examples/gpt.py) with randn LayerNorm and MLP weights: its fused
+    layer norms keep the block's result at least as close to float64 as eager's. (Random
+    q/k/v weights saturate the softmax, which then turns any last-bit difference of a layer
+    norm, even a correctly rounded one, into noise that is as often above eager's as below.)"""
+    gpt = _gpt_example()
     torch.manual_seed(0)
     block = gpt.Block(gpt.Config(vocab=1, context=32, heads=4, width=64)).eval()
     with torch.no_grad():
