@@ -360,10 +360,10 @@ class JitFunction(functools.partial):
             why = self._why(key, leaves) if self._misses else None  # the first is no recompile
             compiled = compile_fn(self._fn, args, kwargs, self._executors, self._options)
             self._misses += 1
-            if why is not None:
-                self._recompiles.add(why)
             self._insert(key, leaves, compiled)
             self._last = compiled.traces
+            if why is not None:   # after the insert: its warning may be an error
+                self._recompiles.add(why)
             state = () if compiled.guard is None else compiled.guard(leaves)
             if state is None:   # the traced code changed what it read (a side effect)
                 raise TracingError(

@@ -394,6 +394,18 @@ def test_warning_at_the_limit_once():
     assert len(recompiles(jf)) == 7
 
 
+def test_a_warning_made_an_error_leaves_the_cache_whole():
+    jf = primtrace.jit(growing, recompile_limit=1)
+    jf(torch.ones(1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RecompileWarning)
+        with pytest.raises(RecompileWarning):
+            jf(torch.ones(2))
+    torch.testing.assert_close(jf(torch.ones(2)), torch.full((2,), 2.0))   # compiled: a hit
+    info = primtrace.cache_info(jf)
+    assert (info.misses, info.hits, len(info.recompiles)) == (2, 1, 1)
+
+
 def test_default_limit_is_torchs_and_none_never_warns():
     import torch._dynamo.config as dynamo_config
     assert sys.modules["primtrace.jit"].OPTIONS["recompile_limit"] == \
