@@ -34,3 +34,5 @@ if __name__ == "__main__":
     info = primtrace.cache_info(jf)
     print(f"cache: {info.hits} hits, {info.misses} misses")
     assert (info.hits, info.misses) == (1, 3)
+    for recompile in info.recompiles:   # why each compile after the first happened
+        print("recompiled:", recompile)

@@ -5,6 +5,7 @@ into inspectable traces and run through pluggable executors.
     primtrace.last_traces(jfn)         # acquisition, prims, optimized, execution traces
     primtrace.trace(fn)(*args)         # the trace, without running fn
     primtrace.explain(fn, *args)       # ops that have no ref (run as opaque torch calls)
+    primtrace.cache_info(jfn)          # hits, misses, and why each recompile happened
 """
 from primtrace import dtypes  # noqa: F401  (refs and prims load on first use)
 from primtrace.executors import (TORCH, Executor, FusionExecutor, OperatorExecutor, Region,
@@ -13,6 +14,7 @@ from primtrace.ir import Node, Trace
 from primtrace.jit import (CacheInfo, Explanation, JitFunction, cache_info, explain, jit,
                            last_trace, last_traces, trace)
 from primtrace.kernels import clear_kernel_cache, kernel_ptx, kernel_source
+from primtrace.recompiles import Change, Recompile, RecompileWarning
 from primtrace.tracer import DataDependentError, OpaqueOpWarning, TracingError
 from primtrace import backend_name as _backend_name
 
@@ -38,4 +40,5 @@ __all__ = [
     "Executor", "OperatorExecutor", "FusionExecutor", "Region", "TorchExecutor", "TORCH",
     "default_executors", "JitFunction", "CacheInfo", "Explanation", "Trace", "Node",
     "TracingError", "DataDependentError", "OpaqueOpWarning", "dynamo_backend",
+    "Recompile", "Change", "RecompileWarning",
 ]

@@ -19,6 +19,10 @@ newest first, and a call none of them accepts compiles another.
 Python numbers are runtime inputs: only their type is in the key, unless user code (or a
 ref) read the value while tracing, which marks the number *specialized*; then the entry
 for that key is a table keyed by the values of the specialized numbers.
+
+A miss after the first compile is a recompile: before compiling, the call is compared with
+the nearest cached entry, and the differences are kept as its reason
+(:mod:`primtrace.recompiles`, ``cache_info(jfn).recompiles``); nothing of it runs on a hit.
 """
 from __future__ import annotations
 
@@ -36,8 +40,9 @@ from primtrace.executors.trace_to_python import compile_trace
 from primtrace.ir.proxy import NumberProxy
 from primtrace.ir.symbol import SymbolKind
 from primtrace.ir.trace import Trace, current_trace
+from primtrace.recompiles import Change, Recompile, RecompileLog, miss_changes
 from primtrace.tracer.capture import TracingError, acquire, to_prims
-from primtrace.tracer.inputs import cache_key
+from primtrace.tracer.inputs import _positional_names, cache_key
 from primtrace.tracer.passes import optimize
 
 _Tensor = torch.Tensor
@@ -56,15 +61,20 @@ OPTIONS = {
     "cache_size": 256,                  # compiled entries kept (the oldest go first)
     "optimize": True,                   # run the default passes (DCE, CSE, conversions)
     "remove_lossy_round_trips": False,  # drop f32 -> f16 -> f32 roundings: changes numerics
+    "recompile_limit": 8,               # warn once when this many recompiles (None: never)
 }
 STAGES = ("acquisition", "prims", "optimized", "execution")
 
 
 class CacheInfo(NamedTuple):
+    """A jitted function's cache: `hits`, `misses` (compiles), `maxsize`, `currsize`, and
+    `recompiles`: every compile after the first (since ``cache_clear``), oldest first, each
+    a :class:`~primtrace.recompiles.Recompile` saying why (``str(r)``, ``r.reason``)."""
     hits: int
     misses: int
     maxsize: int
     currsize: int
+    recompiles: tuple[Recompile, ...] = ()
 
 
 class Compiled:
@@ -115,6 +125,9 @@ def _check_options(options: dict) -> dict:
     unknown = set(options) - set(OPTIONS)
     if unknown:
         raise TypeError(f"unknown primtrace option(s) {sorted(unknown)}; known: {sorted(OPTIONS)}")
+    limit = options.get("recompile_limit", 1)
+    if limit is not None and (type(limit) is not int or limit < 1):
+        raise ValueError(f"recompile_limit must be a positive int or None, got {limit!r}")
     return {**OPTIONS, **options}
 
 
@@ -270,6 +283,8 @@ class JitFunction(functools.partial):
         self._hits = itertools.count()   # next() is atomic: no lock on the hit path
         self._hits_cleared = 0           # hits before the last cache_clear
         self._misses = 0
+        self._recompiles = RecompileLog(fn, self._options["recompile_limit"])
+        self._evicted: dict = {}   # hashes of keys evicted lately (a recompile reason)
         self._last: list[Trace] | None = None
         self._recent: Compiled | None = None   # what the hit path checks first
         self._path = path
@@ -342,16 +357,28 @@ class JitFunction(functools.partial):
             if compiled is not None:
                 next(self._hits)
                 return compiled, state
+            why = self._why(key, leaves) if self._misses else None  # the first is no recompile
             compiled = compile_fn(self._fn, args, kwargs, self._executors, self._options)
             self._misses += 1
             self._insert(key, leaves, compiled)
             self._last = compiled.traces
+            if why is not None:   # after the insert: its warning may be an error
+                self._recompiles.add(why)
             state = () if compiled.guard is None else compiled.guard(leaves)
             if state is None:   # the traced code changed what it read (a side effect)
                 raise TracingError(
                     f"{self!r}: the state the function read changed while it was traced "
                     f"(does it assign a global or an attribute it also reads?)")
             return compiled, state
+
+    def _why(self, key, leaves) -> list:
+        """Why this call compiles again: its differences from the nearest cached entry."""
+        fn = self._fn.forward if isinstance(self._fn, torch.nn.Module) else self._fn
+        try:
+            return miss_changes(self._cache, key, leaves, lambda n: _positional_names(fn, n),
+                                self._evicted)
+        except Exception as e:   # a reason must never break a call
+            return [Change("unknown", "", "", "", f"could not tell why ({type(e).__name__}: {e})")]
 
     def _insert(self, key, leaves, compiled: Compiled) -> None:
         cache = dict(self._cache)  # readers see either the old or the new dict, never a mix
@@ -372,7 +399,12 @@ class JitFunction(functools.partial):
         cache[key] = slot
         size = sum(_size(e) for e in cache.values())
         while size > self._maxsize:  # evict the oldest keys until the compiled count fits
-            size -= _size(cache.pop(next(iter(cache))))
+            old = next(iter(cache))
+            size -= _size(cache.pop(old))
+            self._evicted[hash(old)] = None   # a hash: keeps no constant argument alive
+            if len(self._evicted) > 64:
+                del self._evicted[next(iter(self._evicted))]
+        self._evicted.pop(hash(key), None)
         self._cache = cache
 
     def __get__(self, obj, objtype=None):
@@ -385,7 +417,8 @@ class JitFunction(functools.partial):
         with self._lock:
             hits = self._hit_count() - self._hits_cleared
             size = sum(_size(e) for e in self._cache.values())
-            return CacheInfo(hits, self._misses, self._maxsize, size)
+            return CacheInfo(hits, self._misses, self._maxsize, size,
+                             tuple(self._recompiles.records))
 
     def cache_clear(self) -> None:
         with self._lock:
@@ -394,6 +427,8 @@ class JitFunction(functools.partial):
             self._path.remember(None)
             self._hits_cleared = self._hit_count()
             self._misses = 0
+            self._recompiles.clear()
+            self._evicted.clear()
 
     def __reduce__(self):
         raise TypeError(f"cannot pickle {self!r}: pickle the function and jit it again")
@@ -441,7 +476,8 @@ def last_trace(jfn) -> Trace:
 
 
 def cache_info(jfn) -> CacheInfo:
-    """Hits, misses, maximum and current size of `jfn`'s cache."""
+    """Hits, misses, maximum and current size of `jfn`'s cache, and its recompiles with the
+    reason for each."""
     return _jitted(jfn).cache_info()
 
 

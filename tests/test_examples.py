@@ -41,6 +41,8 @@ def test_inspect_traces():
     out = run_example("inspect_traces.py")
     assert "torch.Tensor.logcumsumexp" in out and "have no ref" in out
     assert "cache: 1 hits, 3 misses" in out
+    assert "recompiled: tensor 'x' dtype mismatch: expected float16, actual float32" in out
+    assert "recompiled: number 'scale' type mismatch: expected float, actual int" in out
     assert "# execution trace" in out
 
 

@@ -51,6 +51,8 @@ _STRUCTURE = ("_parameters", "_buffers", "_modules")   # iterated: its items are
 _NUMBERS = (int, float, complex, str, bytes, torch.device)
 _SCALARS = (bool, *_NUMBERS, torch.dtype)
 _MAX_ITEMS = 256   # a bigger dict or object is guarded by identity only
+#: what a guarded read of a module is, in recompile reasons
+_ORIGINS = {"_parameters": "parameter", "_buffers": "buffer", "_modules": "submodule"}
 
 
 class SideEffectError(RuntimeError):
@@ -133,6 +135,10 @@ class _Code:
         self._names: dict[int, str] = {}
         self.fetches: list[str] = []
         self.checks: list[str] = []
+        # per check, what a recompile reason says of it (primtrace.recompiles):
+        # ((origin, readable name), kind, expected value, expression of the actual value)
+        self.where: list[tuple] = []
+        self.fetch_where: list[tuple] = []   # per fetch, (origin, readable name)
         self.budget = 4096   # item checks left: a huge structure is checked in part
         self._classes: set = set()
         self.written_classes: set = set()   # classes whose attributes the code assigns
@@ -145,26 +151,33 @@ class _Code:
             self._names[id(obj)] = name
         return name
 
-    def check_value(self, expr: str, value, depth: int = 4) -> None:
+    def check(self, test: str, what: tuple, kind: str, expected, actual: str) -> None:
+        self.checks.append(test)
+        self.where.append((what, kind, expected, actual))
+
+    def check_value(self, expr: str, value, depth: int = 4, what: tuple = ("state", "")) -> None:
         """`expr` still evaluates to `value`: by identity, or by type and value for numbers.
 
         A plain object (a config dataclass, a namespace, a cache object), a dict or a list
         is also checked item by item, `depth` levels down: its length (attribute names, keys)
         and what it holds (numbers by value, objects by identity; tensors are checked where
         the trace reads them). Code reads ``CONFIG.clip``, ``hasattr(box, "t")``,
-        ``len(acc)`` and ``self.config.use_cache`` through them."""
+        ``len(acc)`` and ``self.config.use_cache`` through them. `what`: (origin, readable
+        name) of the value, for recompile reasons."""
+        what = (what[0], what[1] or expr)
         if value is None or type(value) is bool or isinstance(value, enum.Enum):
-            self.checks.append(f"{expr} is {self.const(value)}")
+            self.check(f"{expr} is {self.const(value)}", what, "value", value, expr)
         elif type(value) in _NUMBERS:
             if type(value) is float and value != value:
-                self.checks.append(f"{expr} != {expr}")
+                self.check(f"{expr} != {expr}", what, "value", value, expr)
             else:
-                self.checks.append(f"{expr} == {self.const(value)} and "
-                                   f"{expr}.__class__ is {self.const(type(value))}")
+                self.check(f"{expr} == {self.const(value)} and "
+                           f"{expr}.__class__ is {self.const(type(value))}", what, "value",
+                           value, expr)
         elif isinstance(value, (torch.Tensor, types.ModuleType)):
             return
         else:
-            self.checks.append(f"{expr} is {self.const(value)}")
+            self.check(f"{expr} is {self.const(value)}", what, "identity", value, expr)
             items = _plain_items(value) if depth and self.budget > 0 else None
             if items is None:
                 return
@@ -172,14 +185,18 @@ class _Code:
             if type(value) in (list, dict) or plain_dict(value) is not None:
                 base = f"{expr}.__dict__" if type(items) is dict and type(value) is not dict \
                     else expr
-                self.checks.append(f"len({base}) == {len(items)}")
+                keys = list(items) if type(items) is dict else len(items)
+                self.check(f"len({base}) == {len(items)}", what, "keys", keys,
+                           f"list({base})" if type(items) is dict else f"len({base})")
             else:
                 base = expr   # a tuple: its identity fixes its length
             if len(items) > _MAX_ITEMS:
                 return
+            attributes = type(items) is dict and type(value) is not dict
             for key, item in (items.items() if type(items) is dict else enumerate(items)):
                 key_expr = repr(key) if type(key) in (str, int) else self.const(key, "key")
-                self.check_value(f"{base}[{key_expr}]", item, depth - 1)
+                name = f"{what[1]}.{key}" if attributes else f"{what[1]}[{key!r}]"
+                self.check_value(f"{base}[{key_expr}]", item, depth - 1, (what[0], name))
             if base != expr and self.written_classes and any(
                     c in self.written_classes for c in type(value).__mro__):
                 self._check_class(type(value), depth)
@@ -194,20 +211,27 @@ class _Code:
             self._classes.add(c)
             d = vars(c)
             name = self.const(c, "cls")
-            self.checks.append(f"len({name}.__dict__) == {len(d)}")
+            what = ("class", f"class {c.__qualname__}")
+            self.check(f"len({name}.__dict__) == {len(d)}", what, "keys", list(d),
+                       f"list({name}.__dict__)")
             for key, item in d.items():
                 if not key.startswith("__") and (item is None or type(item) in _SCALARS or
                                                  type(item) in (list, dict, tuple)):
-                    self.check_value(f"{name}.__dict__[{key!r}]", item, depth - 1)
-    def check_items(self, expr: str, table: dict) -> None:
-        """The dict at `expr` holds the same objects (modules, parameters, hooks) in order."""
-        if not table:
-            self.checks.append(f"not {expr}")
-        else:
-            self.checks.append(f"same_items({expr}, {self.const(tuple(table.values()))})")
+                    self.check_value(f"{name}.__dict__[{key!r}]", item, depth - 1,
+                                     ("class", f"{c.__qualname__}.{key}"))
 
-    def check_tensor(self, expr: str, t: torch.Tensor) -> None:
-        self.checks.append(f"tensor_key({expr}) == {self.const(tensor_key(t))}")
+    def check_items(self, expr: str, table: dict, what: tuple = ("state", "")) -> None:
+        """The dict at `expr` holds the same objects (modules, parameters, hooks) in order."""
+        what = (what[0], what[1] or expr)
+        if not table:
+            self.check(f"not {expr}", what, "items", {}, f"dict({expr})")
+        else:
+            self.check(f"same_items({expr}, {self.const(tuple(table.values()))})", what,
+                       "items", dict(table), f"dict({expr})")
+
+    def check_tensor(self, expr: str, t: torch.Tensor, what: tuple = ("state", "")) -> None:
+        self.check(f"tensor_key({expr}) == {self.const(tensor_key(t))}",
+                   (what[0], what[1] or expr), "tensor", tensor_key(t), f"tensor_key({expr})")
 
     def source(self) -> str:
         lines = ["def guard(leaves):", "    try:"]
@@ -342,48 +366,57 @@ class StateRecorder:
         code.written_classes = set(written_classes)
         sources: dict[int, str] = {}           # id(tensor) -> expression
         names: dict[int, str] = {}             # id(tensor) -> readable input name
+        texts: dict[int, tuple] = {}           # id(tensor) -> (origin, name) for reasons
         read_tensors: dict[int, torch.Tensor] = {}
-        paths = self._module_paths()
+        paths, dotted = self._module_paths(), self._module_paths(dotted=True)
         for tid, (index, _, _) in self.arg_tensors.items():
             sources[tid] = f"leaves[{index}]"
+            texts[tid] = ("argument", self.arg_tensors[tid][1].name)
 
-        def read(expr, value, label):
+        def read(expr, value, label, what):
             if isinstance(value, types.ModuleType):
                 return
             if isinstance(value, torch.Tensor):
                 if id(value) in sources:   # the same tensor seen twice (an argument, a tie)
-                    code.checks.append(f"{expr} is {sources[id(value)]}")
+                    code.check(f"{expr} is {sources[id(value)]}", what, "alias",
+                               texts.get(id(value), ("", ""))[1], expr)
                     return
                 sources[id(value)] = expr
                 names.setdefault(id(value), label)
+                texts.setdefault(id(value), what)
                 read_tensors[id(value)] = value
                 return
-            code.check_value(expr, value)
+            code.check_value(expr, value, what=what)
 
         for owner, store, name, value in self.reads.values():
             base = code.const(owner, "m")
+            text = f"{dotted.get(id(owner), type(owner).__name__)}.{name}"
             if store == "__dict__" and name in _STRUCTURE:
-                code.check_items(f"{base}.{name}", value)
+                code.check_items(f"{base}.{name}", value, (_ORIGINS[name], text))
             elif store == "__dict__" and name.endswith("hooks"):
-                code.check_items(f"{base}.__dict__[{name!r}]", value)
+                code.check_items(f"{base}.__dict__[{name!r}]", value, ("hooks", text))
             else:
                 expr = (f"{base}.__dict__[{name!r}]" if store == "__dict__"
                         else f"{base}.{store}[{name!r}]")
-                read(expr, value, _join(paths.get(id(owner), type(owner).__name__.lower()), name))
+                origin = "training" if name == "training" else _ORIGINS.get(store, "attribute")
+                read(expr, value, _join(paths.get(id(owner), type(owner).__name__.lower()), name),
+                     (origin, text))
         if self.reads:
             self._global_hooks(code)
         for g, name, value in self._global_reads():
-            read(f"{code.const(g, 'g')}[{name!r}]", value, name)
+            read(f"{code.const(g, 'g')}[{name!r}]", value, name, ("global", f"global {name}"))
         for cell, name, value in self._closure_reads():
-            read(f"{code.const(cell, 'c')}.cell_contents", value, name)
+            read(f"{code.const(cell, 'c')}.cell_contents", value, name,
+                 ("closure", f"closure variable {name}"))
         for obj, name in arg_objects:
-            read(code.const(obj, "a"), obj, name)
+            read(code.const(obj, "a"), obj, name, ("argument", f"argument {name}"))
         for base, grad in self.grad_reads:
             base_expr = sources.get(id(base))
             if base_expr is None:
                 base_expr = code.const(base, "h")
-            read(f"{base_expr}.grad", grad, _join(names.get(id(base), "x"), "grad"))
-        self._search_containers(sources, names, code, paths, arg_objects)
+            read(f"{base_expr}.grad", grad, _join(names.get(id(base), "x"), "grad"),
+                 ("grad", f"{texts.get(id(base), ('', 'x'))[1]}.grad"))
+        self._search_containers(sources, names, code, (paths, dotted), arg_objects, texts)
 
         state = []
         for t, proxy in self.lifted.values():
@@ -391,29 +424,34 @@ class StateRecorder:
             if expr is None:   # reached some other way: held, and its metadata checked
                 expr = code.const(t, "held")
             var = f"s{len(state)}"
+            what = texts.get(id(t), ("state", names.get(id(t), proxy.name)))
             code.fetches.append(f"{var} = {expr}")
-            code.check_tensor(var, t)
+            code.fetch_where.append(what)
+            code.check_tensor(var, t, what)
             proxy.__dict__["_name"] = namer(names.get(id(t), proxy.name))
             state.append(proxy)
         for tid, t in read_tensors.items():   # read but not used: the metadata still counts
             if tid not in self.lifted:
-                code.check_tensor(sources[tid], t)
+                code.check_tensor(sources[tid], t, texts[tid])
         code.fetches.append(f"state = [{', '.join(f's{i}' for i in range(len(state)))}]")
         if not code.checks and not state and not force:
             return None
         return Guard(code, state)
 
-    def _module_paths(self) -> dict:
+    def _module_paths(self, dotted: bool = False) -> dict:
         """id(module) -> a readable path: from the traced module, or from the global or
-        closure variable that holds a module (``model.fc1``)."""
-        roots = [("", self.fn), ("", getattr(self.fn, "__self__", None))]
+        closure variable that holds a module (``model_fc1``; `dotted`: ``model.fc1``, and
+        ``self.fc1`` below the traced module)."""
+        own = "self" if dotted else ""
+        roots = [(own, self.fn), (own, getattr(self.fn, "__self__", None))]
         roots += [(name, v) for _, name, v in self._global_reads()]
         roots += [(name, v) for _, name, v in self._closure_reads()]
         paths = {}
         for prefix, root in roots:
             if isinstance(root, _Module):
                 for path, m in root.named_modules(remove_duplicate=False):
-                    paths.setdefault(id(m), _join(prefix, path).replace(".", "_"))
+                    paths.setdefault(id(m), ".".join(filter(None, (prefix, path))) if dotted
+                                     else _join(prefix, path).replace(".", "_"))
         return paths
 
     def _global_hooks(self, code: _Code) -> None:
@@ -422,7 +460,7 @@ class StateRecorder:
         g = code.const(vars(module), "g")
         for name, value in vars(module).items():
             if name.startswith("_global_") and name.endswith("hooks") and isinstance(value, dict):
-                code.check_items(f"{g}[{name!r}]", value)
+                code.check_items(f"{g}[{name!r}]", value, ("hooks", f"torch.nn.modules.module.{name}"))
 
     def _global_reads(self) -> list:
         """(globals, name, value) for the global names loaded by the user's code that called
@@ -476,7 +514,7 @@ class StateRecorder:
                 yield cell, name, value
                 todo.append(_function_of(value))
 
-    def _search_containers(self, sources, names, code, paths, arg_objects) -> None:
+    def _search_containers(self, sources, names, code, paths, arg_objects, texts) -> None:
         """Sources for lifted tensors not read directly: items of lists, tuples and dicts read
         from globals, cells and modules (two levels), then the parameters, buffers and tensor
         attributes of every module read (``for p in self.parameters()``)."""
@@ -497,6 +535,7 @@ class StateRecorder:
                     if isinstance(item, torch.Tensor) and id(item) in missing:
                         sources[id(item)] = item_expr
                         names.setdefault(id(item), f"{_label(expr)}_{key}")
+                        texts.setdefault(id(item), ("state", f"{_label(expr)}[{key!r}]"))
                         missing.discard(id(item))
                     elif _plain_items(item) is not None:
                         deeper.append((item_expr, item))
@@ -504,6 +543,7 @@ class StateRecorder:
         owners = {id(o): o for o, *_ in self.reads.values()}
         if isinstance(self.fn, _Module):
             owners.setdefault(id(self.fn), self.fn)
+        paths, dotted = paths
         for owner in list(owners.values()):
             for m in owner.modules():
                 d = _object_getattribute(m, "__dict__")
@@ -512,6 +552,8 @@ class StateRecorder:
                         if t is not None and id(t) in missing:
                             sources[id(t)] = f"{code.const(m, 'm')}.{store}[{name!r}]"
                             names.setdefault(id(t), _join(paths.get(id(m), type(m).__name__.lower()), name))
+                            texts.setdefault(id(t), (_ORIGINS[store],
+                                                     f"{dotted.get(id(m), type(m).__name__)}.{name}"))
                             missing.discard(id(t))
 
 
@@ -525,6 +567,9 @@ class Guard:
         namespace = {"tensor_key": tensor_key, "same_items": same_items, **code.consts}
         exec(compile(self.source, "<primtrace guard>", "exec"), namespace)  # noqa: S102
         self.check = namespace["guard"]
+        # what primtrace.recompiles reads to say which check failed (on a miss only)
+        self.namespace, self.fetches, self.checks = namespace, code.fetches, code.checks
+        self.where, self.fetch_where = code.where, code.fetch_where
 
     def __repr__(self):
         return f"<primtrace guard over {len(self.proxies)} state tensor(s)>"
