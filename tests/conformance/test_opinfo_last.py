@@ -43,3 +43,71 @@ def test_spectral_norm_of_empty_matrices(shape, ord, keepdim, dtype):
     expected = _outcome(fn, x)
     _check(_outcome(ref, x, ord, keepdim=keepdim), expected)
     _check(_outcome(primtrace.jit(fn), x), expected)
+
+
+# --- conj: eager's lazily conjugated view ----------------------------------------------------
+def test_conj_ref_is_a_lazy_view():
+    z = torch.randn(5, dtype=torch.complex64)
+    c = refs.conj(z)
+    assert c.is_conj() and c._base is z and c.untyped_storage().data_ptr() == \
+        z.untyped_storage().data_ptr()
+    torch.testing.assert_close(c.resolve_conj(), torch.conj_physical(z))
+    x = torch.randn(5)
+    assert refs.conj(x) is x
+    # real and imag of it are eager's views (the imaginary part with the negative bit)
+    torch.testing.assert_close(refs.imag(c), torch.imag(torch.conj(z)))
+    torch.testing.assert_close(refs.real(c), torch.real(z))
+    assert refs.imag(c)._base is z
+
+
+def _write_through(x):
+    y = torch.conj(x)
+    y.mul_(2)
+    y.add_(1j)
+    return x
+
+
+def _write_base_read_view(x):
+    y = torch.conj(x)
+    x.add_(1j)
+    return y * 1, y
+
+
+def _out_of_conj(x, o):
+    torch.mul(torch.conj(x), 2, out=o)
+    return o
+
+
+_CONJ_PROGRAMS = {
+    "returned": (lambda x: torch.conj(x), 1),
+    "arith": (lambda x: torch.conj(x) * x + 1, 1),
+    "with_input": (lambda x: (torch.conj(x), x + 1), 1),
+    "twice": (lambda x: torch.conj(torch.conj(x)), 1),
+    "reshaped": (lambda x: torch.conj(x).reshape(2, 3).t(), 1),
+    "of_temp": (lambda x: torch.conj(x * 2) + x, 1),
+    "real_part": (lambda x: torch.real(torch.conj(x)) * 2, 1),
+    "imag_part": (lambda x: torch.imag(torch.conj(x)) + 0, 1),
+    "sum": (lambda x: torch.conj(x).sum(), 1),
+    "resolved": (lambda x: torch.conj(x).resolve_conj(), 1),
+    "view_as_real": (lambda x: torch.view_as_real(torch.conj(x)), 1),
+    "write_through": (_write_through, 1),
+    "write_base_read_view": (_write_base_read_view, 1),
+    "out": (_out_of_conj, 2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_CONJ_PROGRAMS))
+def test_conj_view_under_jit(name):
+    fn, n = _CONJ_PROGRAMS[name]
+    make = lambda: [torch.arange(6.0).to(torch.complex64) * (1 + 2j)  # noqa: E731
+                    for _ in range(n)]
+    eager_args, jit_args = make(), make()
+    expected, got = _outcome(fn, *eager_args), _outcome(primtrace.jit(fn), *jit_args)
+    if isinstance(expected, type):
+        return _check(got, expected)
+    pairs = zip(got, expected) if isinstance(expected, tuple) else [(got, expected)]
+    for g, e in pairs:
+        _check(g, e)
+        assert g.is_conj() == e.is_conj()
+    for g, e in zip(jit_args, eager_args):  # inputs end as eager leaves them
+        _check(g, e)
