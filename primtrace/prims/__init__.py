@@ -16,7 +16,7 @@ from primtrace.prims import reductions as _reductions
 from primtrace.prims import structural as _structural
 from primtrace.prims import views as _views
 from primtrace.prims.elementwise import *  # noqa: F401,F403  (the table-generated prims)
-from primtrace.prims.guards import check_fits  # noqa: F401
+from primtrace.prims.guards import check_fits, check_item_fits  # noqa: F401
 from primtrace.prims.meta import PrimContractError, elementwise_strides  # noqa: F401
 from primtrace.prims.structural import (broadcast_in_dim, convert_element_type, copy_to,  # noqa: F401
                                         full, iota, item, polygamma, resize, where)
@@ -37,7 +37,7 @@ from primtrace.prims.library import *  # noqa: F401,F403  (convolution, pooling)
 #: name -> Symbol, every prim.
 ALL_PRIMS = {**_elementwise.PRIMS, **_structural.PRIMS, **_reductions.PRIMS, **_dtype_views.PRIMS,
              **_views.PRIMS, **_library.PRIMS,
-             "check_fits": check_fits}
+             "check_fits": check_fits, "check_item_fits": check_item_fits}
 ALL_PRIMS.update({**_linalg.PRIMS, **_indexing.PRIMS, **_scans.PRIMS, **_random.PRIMS})
 UNARY = [row[0] for row in _elementwise.UNARY]
 BINARY = [row[0] for row in _elementwise.BINARY]

@@ -111,3 +111,23 @@ def test_conj_view_under_jit(name):
         assert g.is_conj() == e.is_conj()
     for g, e in zip(jit_args, eager_args):  # inputs end as eager leaves them
         _check(g, e)
+
+
+# --- masked_fill: eager converts a tensor value's item(), checked ------------------------------
+_VALUES = [torch.tensor(1j), torch.tensor(2 + 0j), torch.tensor(1e30), torch.tensor(float("nan")),
+           torch.tensor(300.0), torch.tensor(-1), torch.tensor(2 ** 40), torch.tensor(True),
+           torch.tensor(7, dtype=torch.int8)]
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.uint8, torch.int8, torch.float16,
+                                   torch.float32, torch.bool, torch.complex64])
+def test_masked_fill_tensor_value_is_checked_as_eager(dtype):
+    x, mask = torch.tensor([1, 1]).to(dtype), torch.tensor([True, False])
+    fn = lambda a, m, v: torch.masked_fill(a, m, v)  # noqa: E731
+    jitted = primtrace.jit(fn)
+    for value in _VALUES:  # one trace per value dtype: the guard reads each call's value
+        expected = _outcome(fn, x, mask, value)
+        _check(_outcome(refs.masked_fill, x, mask, value), expected)
+        _check(_outcome(jitted, x, mask, value), expected)
+        _check(_outcome(jitted, x, mask, torch.tensor(0, dtype=value.dtype)),
+               fn(x, mask, torch.tensor(0, dtype=value.dtype)))
