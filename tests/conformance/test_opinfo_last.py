@@ -131,3 +131,143 @@ def test_masked_fill_tensor_value_is_checked_as_eager(dtype):
         _check(_outcome(jitted, x, mask, value), expected)
         _check(_outcome(jitted, x, mask, torch.tensor(0, dtype=value.dtype)),
                fn(x, mask, torch.tensor(0, dtype=value.dtype)))
+
+
+# --- stft / istft ---------------------------------------------------------------------------
+def _signal(*shape, dtype=torch.float32):
+    g = torch.Generator().manual_seed(sum(shape))
+    return torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
+
+
+_HANN = torch.hann_window(8)
+_STFT = {
+    "no_return_complex": ((_signal(20), 8), {}),
+    "int_input": ((torch.arange(20), 8), {"return_complex": True}),
+    "3d": ((_signal(2, 3, 20), 8), {"return_complex": True}),
+    "0d": ((torch.tensor(1.0), 8), {"return_complex": True}),
+    "n_fft_0": ((_signal(20), 0), {"return_complex": True, "center": False}),
+    "n_fft_long": ((_signal(20), 30), {"return_complex": True, "center": False}),
+    "reflect_too_long": ((_signal(5), 12), {"return_complex": True}),
+    "constant_pad": ((_signal(5), 12), {"return_complex": True, "pad_mode": "constant"}),
+    "replicate_pad": ((_signal(2, 30), 12), {"return_complex": True, "pad_mode": "replicate"}),
+    "circular_pad": ((_signal(30), 12), {"return_complex": True, "pad_mode": "circular"}),
+    "bad_pad_mode": ((_signal(20), 8), {"return_complex": True, "pad_mode": "foo"}),
+    "hop_0": ((_signal(20), 8), {"hop_length": 0, "return_complex": True}),
+    "small_n_fft_hop_0": ((_signal(20), 3), {"return_complex": True}),
+    "win_long": ((_signal(20), 8), {"win_length": 9, "return_complex": True}),
+    "window_size": ((_signal(20), 8), {"window": torch.ones(7), "return_complex": True}),
+    "window_2d": ((_signal(20), 8), {"window": torch.ones(1, 8), "return_complex": True}),
+    "onesided_complex": ((_signal(20, dtype=torch.complex64), 8),
+                         {"onesided": True, "return_complex": True}),
+    "complex_as_real": ((_signal(20, dtype=torch.complex64), 8), {"return_complex": False}),
+    "complex_default": ((_signal(20, dtype=torch.complex64), 8), {}),
+    "complex_window": ((_signal(20), 8), {"window": _HANN.to(torch.complex128)}),
+    "twosided": ((_signal(3, 40), 8), {"onesided": False, "return_complex": True}),
+    "real_pairs": ((_signal(3, 40), 8), {"window": _HANN, "return_complex": False}),
+    "normalized": ((_signal(40, dtype=torch.float64), 16),
+                   {"window": _HANN.double().repeat(2), "normalized": True,
+                    "return_complex": True}),
+    "float64_window": ((_signal(20), 8), {"window": _HANN.double(), "return_complex": True}),
+    "int_window": ((_signal(20), 8), {"window": torch.ones(8, dtype=torch.int64),
+                                      "return_complex": True}),
+    "short_window": ((_signal(20), 8), {"window": torch.hann_window(5, dtype=torch.float64),
+                                        "win_length": 5, "return_complex": True}),
+    "short_no_window": ((_signal(2, 20), 8), {"win_length": 4, "hop_length": 3,
+                                              "return_complex": True}),
+    "align_to_window": ((_signal(20), 8), {"win_length": 4, "center": False,
+                                           "align_to_window": True, "return_complex": True}),
+    "align_with_center": ((_signal(20), 8), {"align_to_window": True, "return_complex": True}),
+    "strided_signal": ((_signal(2, 60)[:, ::3], 8), {"center": False, "return_complex": True}),
+    "empty_batch": ((_signal(0, 20), 8), {"return_complex": True}),
+}
+
+
+def _same_layout(got, expected):
+    _check(got, expected)
+    assert got.stride() == expected.stride(), (got.stride(), expected.stride())
+
+
+@pytest.mark.parametrize("name", sorted(_STFT))
+def test_stft_matches_eager(name):
+    args, kwargs = _STFT[name]
+    fn = lambda *a: torch.stft(*a, **kwargs)  # noqa: E731
+    expected = _outcome(fn, *args)
+    for got in (_outcome(lambda *a: refs.stft(*a, **kwargs), *args),
+                _outcome(primtrace.jit(fn), *args)):
+        if isinstance(expected, type):
+            _check(got, expected)
+        else:
+            _same_layout(got, expected)
+
+
+def _spectrum(*shape, n_fft=8, window=_HANN, dtype=torch.float32):
+    return torch.stft(_signal(*shape, dtype=dtype), n_fft, window=window, return_complex=True)
+
+
+_S, _SB = _spectrum(40), _spectrum(3, 40)
+_ISTFT = {
+    "plain": ((_S, 8), {"window": _HANN}),
+    "batch": ((_SB, 8), {"window": _HANN}),
+    "no_window": ((_S, 8), {}),
+    "no_overlap_hann": ((_S, 8), {"hop_length": 8, "window": _HANN}),   # NOLA fails
+    "not_centred_hann": ((_S, 8), {"window": _HANN, "center": False}),  # NOLA fails
+    "zero_window": ((_S, 8), {"window": torch.zeros(8)}),
+    "real_input": ((torch.view_as_real(_S), 8), {}),
+    "empty": ((_S[:, :0], 8), {}),
+    "1d": ((_S[0], 8), {}),
+    "4d": ((_S[None, None], 8), {}),
+    "onesided_size": ((_S, 10), {}),
+    "twosided_size": ((_S, 8), {"onesided": False}),
+    "hop_past_window": ((_S, 8), {"hop_length": 9}),
+    "hop_0": ((_S, 8), {"hop_length": 0}),
+    "win_long": ((_S, 8), {"win_length": 9}),
+    "window_size": ((_S, 8), {"window": torch.ones(7)}),
+    "complex_onesided": ((_S, 8), {"return_complex": True}),
+    "complex_window": ((_S, 8), {"window": _HANN.to(torch.complex64)}),
+    "length_longer": ((_SB, 8), {"window": _HANN, "length": 50}),
+    "length_shorter": ((_S, 8), {"window": _HANN, "length": 30}),
+    "length_0": ((_S, 8), {"window": _HANN, "length": 0}),
+    "float64_window": ((_S, 8), {"window": _HANN.double()}),
+    "complex128_float32_window": ((_S.to(torch.complex128), 8), {"window": _HANN}),
+    "int_window": ((_S, 8), {"window": torch.ones(8, dtype=torch.int64)}),
+    "normalized": ((_S, 8), {"window": _HANN, "normalized": True}),
+    "twosided": ((_spectrum(3, 40, window=None, dtype=torch.complex64), 8),
+                 {"onesided": False, "return_complex": True}),
+    "twosided_real": ((torch.stft(_signal(40), 8, onesided=False, return_complex=True), 8),
+                      {"onesided": False}),
+    "short_window": ((_spectrum(2, 40, n_fft=10, window=None), 10),
+                     {"window": torch.hann_window(8, dtype=torch.float64) + 0.1,
+                      "win_length": 8, "hop_length": 3}),
+    "strided_input": ((_SB[:, :, ::2], 8), {"hop_length": 4, "window": _HANN}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_ISTFT))
+def test_istft_matches_eager(name):
+    args, kwargs = _ISTFT[name]
+    fn = lambda *a: torch.istft(*a, **kwargs)  # noqa: E731
+    expected = _outcome(fn, *args)
+    for got in (_outcome(lambda *a: refs.istft(*a, **kwargs), *args),
+                _outcome(primtrace.jit(fn), *args)):
+        if isinstance(expected, type):
+            _check(got, expected)
+        else:
+            _same_layout(got, expected)
+
+
+def test_istft_overlap_add_check_reads_the_window_each_call():
+    """NOLA is checked on the window's values when the trace runs: a window that becomes
+    zero on a later call raises as eager does, with no retrace."""
+    fn = primtrace.jit(lambda s, w: torch.istft(s, 8, window=w))
+    torch.testing.assert_close(fn(_S, _HANN), torch.istft(_S, 8, window=_HANN))
+    with pytest.raises(RuntimeError, match="window overlap add min"):
+        fn(_S, torch.zeros(8))
+    assert primtrace.cache_info(fn).misses == 1
+
+
+def test_stft_istft_round_trip_under_jit():
+    x = _signal(2, 100, dtype=torch.float64)
+    w = torch.hann_window(16, dtype=torch.float64)
+    fn = primtrace.jit(lambda a: torch.istft(torch.stft(a, 16, 4, window=w, return_complex=True),
+                                             16, 4, window=w, length=100))
+    torch.testing.assert_close(fn(x), x)

@@ -25,13 +25,6 @@ pytest.importorskip("expecttest")  # torch.testing._internal needs it
 
 #: entry -> substrings of the failures it may have (path-independent), and why
 KNOWN = {
-    # no ref: FFT-based (the jit cannot trace istft: no meta kernel), or a LAPACK
-    # decomposition (library prims being added)
-    "stft": ("no ref",), "istft": ("no ref", "no meta implementation"),
-    "linalg.svd": ("no ref",), "linalg.svdvals": ("no ref",),
-    # 2-norm and nuclear norm need singular values (with linalg.svdvals)
-    "linalg.matrix_norm": ("needs singular values",),
-    "linalg.norm": ("needs singular values",),
     # open bugs fixed elsewhere (issue 18)
     "flip": ("unexpected keyword argument 'dims'",),
     "meshgrid.variadic_tensors": ("shape: ours",), "meshgrid.list_of_tensors": ("shape: ours",),
