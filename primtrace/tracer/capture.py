@@ -213,6 +213,24 @@ def _unknown_read(unknown: Unknown):
 _proxy.set_unknown_read(_unknown_read)
 
 
+def _value_read(proxy, what: str):
+    """A ref reads a traced tensor's values as numbers (narrow's start, tensor_split's
+    indices): an argument or state tensor's are read now and guarded (the trace is
+    specialized on them); a computed tensor's are data: DataDependentError."""
+    trace = current_trace()
+    state = getattr(trace, "state", None)
+    values = None if state is None else state.input_values(trace.resolve(proxy))
+    if values is None:
+        raise DataDependentError(
+            f"data-dependent sizes: {what} reads the values of a tensor the trace computes, "
+            f"which are unknown while tracing\n  {describe_location(user_location())}\n"
+            f"pass them as an input tensor or as Python ints")
+    return values
+
+
+_proxy.set_value_read(_value_read)
+
+
 def _accepts(ref: Symbol, name: str) -> bool:
     import inspect
     try:

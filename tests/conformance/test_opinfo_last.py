@@ -271,3 +271,55 @@ def test_stft_istft_round_trip_under_jit():
     fn = primtrace.jit(lambda a: torch.istft(torch.stft(a, 16, 4, window=w, return_complex=True),
                                              16, 4, window=w, length=100))
     torch.testing.assert_close(fn(x), x)
+
+
+# --- tensors read as sizes under jit: an input's values are guarded ------------------------------
+def test_narrow_with_a_tensor_start_is_guarded_on_its_value():
+    x = torch.arange(30.0).reshape(5, 6)
+    fn = primtrace.jit(lambda a, s: torch.narrow(a, 1, s, 2) * 2)
+    for start in (2, 2, 0, -2, 2, 4):   # each call through the hit path checks the value
+        s = torch.tensor(start)
+        torch.testing.assert_close(fn(x, s), torch.narrow(x, 1, s, 2) * 2)
+    assert primtrace.cache_info(fn).misses == 4   # one trace per distinct start
+    with pytest.raises(RuntimeError, match="exceeds dimension size"):
+        fn(x, torch.tensor(5))
+
+
+def test_tensor_split_with_a_tensor_of_indices_is_guarded_on_its_values():
+    x = torch.arange(10.0)
+    fn = primtrace.jit(lambda a, i: [p + 1 for p in torch.tensor_split(a, i)])
+    for indices in ([2, 5], [2, 5], [1, 7], [3], 3):
+        i = torch.tensor(indices)
+        got, expected = fn(x, i), [p + 1 for p in torch.tensor_split(x, i)]
+        assert len(got) == len(expected)
+        for g, e in zip(got, expected):
+            torch.testing.assert_close(g, e)
+    assert primtrace.cache_info(fn).misses == 4
+
+
+def test_a_computed_tensor_start_is_still_data_dependent():
+    x = torch.arange(30.0).reshape(5, 6)
+    with pytest.raises(primtrace.DataDependentError, match="narrow's tensor start"):
+        primtrace.jit(lambda a, s: torch.narrow(a, 1, s + 1, 2))(x, torch.tensor(1))
+
+    def written_first(a, s):
+        s.add_(1)
+        return torch.narrow(a, 1, s, 2)
+    with pytest.raises(primtrace.DataDependentError):
+        primtrace.jit(written_first)(x, torch.tensor(1))
+
+
+def test_a_module_buffer_start_is_guarded_too():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("start", torch.tensor(1))
+
+        def forward(self, a):
+            return torch.narrow(a, 0, self.start, 2)
+
+    m, x = M(), torch.arange(6.0)
+    fn = primtrace.jit(m)
+    torch.testing.assert_close(fn(x), x[1:3])
+    m.start.fill_(3)
+    torch.testing.assert_close(fn(x), x[3:5])

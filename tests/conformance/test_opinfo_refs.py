@@ -28,12 +28,6 @@ KNOWN = {
     # open bugs fixed elsewhere (issue 18)
     "flip": ("unexpected keyword argument 'dims'",),
     "meshgrid.variadic_tensors": ("shape: ours",), "meshgrid.list_of_tensors": ("shape: ours",),
-    # a tensor start or tensor of split indices read as data under jit (issue 20: sizes known
-    # only when the trace runs); the refs take them
-    "narrow": ("must be int, not Tensor", "cannot be called on meta tensors",
-               "using a tensor as an index reads a tensor's value"),
-    "tensor_split": ("must be int, not Tensor", "but it's on meta",
-                     "torch.Tensor.tolist reads a tensor's value"),
     "index_fill": ("index_fill with a tensor value",),
     "index_add": ("index_add of 0-d",), "index_copy": ("index_copy of 0-d",),
     "take_along_dim": ("needs a reshape prim",),
