@@ -187,17 +187,22 @@ def _same_layout(got, expected):
     assert got.stride() == expected.stride(), (got.stride(), expected.stride())
 
 
-@pytest.mark.parametrize("name", sorted(_STFT))
-def test_stft_matches_eager(name):
-    args, kwargs = _STFT[name]
-    fn = lambda *a: torch.stft(*a, **kwargs)  # noqa: E731
+def _ref_and_jit_match_eager(name, args, kwargs):
+    """getattr(torch, name) against refs.<name> and primtrace.jit of it: the error kind, or
+    dtype, shape, strides and values."""
+    fn = lambda *a: getattr(torch, name)(*a, **kwargs)  # noqa: E731
     expected = _outcome(fn, *args)
-    for got in (_outcome(lambda *a: refs.stft(*a, **kwargs), *args),
+    for got in (_outcome(lambda *a: getattr(refs, name)(*a, **kwargs), *args),
                 _outcome(primtrace.jit(fn), *args)):
         if isinstance(expected, type):
             _check(got, expected)
         else:
             _same_layout(got, expected)
+
+
+@pytest.mark.parametrize("name", sorted(_STFT))
+def test_stft_matches_eager(name):
+    _ref_and_jit_match_eager("stft", *_STFT[name])
 
 
 def _spectrum(*shape, n_fft=8, window=_HANN, dtype=torch.float32):
@@ -244,15 +249,7 @@ _ISTFT = {
 
 @pytest.mark.parametrize("name", sorted(_ISTFT))
 def test_istft_matches_eager(name):
-    args, kwargs = _ISTFT[name]
-    fn = lambda *a: torch.istft(*a, **kwargs)  # noqa: E731
-    expected = _outcome(fn, *args)
-    for got in (_outcome(lambda *a: refs.istft(*a, **kwargs), *args),
-                _outcome(primtrace.jit(fn), *args)):
-        if isinstance(expected, type):
-            _check(got, expected)
-        else:
-            _same_layout(got, expected)
+    _ref_and_jit_match_eager("istft", *_ISTFT[name])
 
 
 def test_istft_overlap_add_check_reads_the_window_each_call():
