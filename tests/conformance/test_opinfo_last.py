@@ -113,6 +113,15 @@ def test_conj_view_under_jit(name):
         _check(g, e)
 
 
+@pytest.mark.xfail(strict=True, reason="open bug: a fused Numba kernel reads a tensor with the "
+                   "negative bit (imag of a conjugate view, or such an input) as raw memory, "
+                   "so the values lose their sign; torch-run prims are right")
+def test_imag_of_a_conj_view_into_a_fused_kernel():
+    z = torch.arange(64.0).to(torch.complex64) * (1 + 2j) / 64
+    fn = lambda x: (torch.imag(torch.conj(x)) * 2 + 1).exp()  # noqa: E731
+    torch.testing.assert_close(primtrace.jit(fn)(z), fn(z))
+
+
 # --- masked_fill: eager converts a tensor value's item(), checked ------------------------------
 _VALUES = [torch.tensor(1j), torch.tensor(2 + 0j), torch.tensor(1e30), torch.tensor(float("nan")),
            torch.tensor(300.0), torch.tensor(-1), torch.tensor(2 ** 40), torch.tensor(True),
