@@ -617,12 +617,16 @@ def acquire(fn, args: tuple, kwargs: dict, name: str | None = None) -> TracingTr
     """Run `fn` on proxies of `args`/`kwargs` and return the acquisition trace.
 
     Python numbers are traced as runtime values. If torch refuses one (an int argument of an
-    opaque torch function cannot be a proxy), `fn` is traced again with every number as a
-    constant: those numbers are then specialized, and their values join the cache key.
+    opaque torch function cannot be a proxy; torch's Python, such as broadcast_shapes, wants
+    an int), `fn` is traced again with every number as a constant: those numbers are then
+    specialized, and their values join the cache key. A second failure is the function's own
+    (numbers as constants are eager's): its error is raised.
     """
     try:
         return _acquire(fn, args, kwargs, name, numbers_as_constants=False)
-    except TypeError as e:
+    except TracingError:
+        raise
+    except (TypeError, RuntimeError, ValueError) as e:
         # torch's argument parser does not always name the proxy: torch.ones(n, n) says
         # "ones() takes 1 positional argument but 2 were given"
         if "NumberProxy" not in str(e) and not any(

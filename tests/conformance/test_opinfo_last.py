@@ -329,3 +329,13 @@ def test_a_module_buffer_start_is_guarded_too():
     torch.testing.assert_close(fn(x), x[1:3])
     m.start.fill_(3)
     torch.testing.assert_close(fn(x), x[3:5])
+
+
+# --- torch's Python that wants real ints: traced again with the numbers as constants ------------
+def test_broadcast_shapes_of_int_arguments_under_jit():
+    fn = primtrace.jit(torch.broadcast_shapes)
+    assert fn((5, 1), 5) == torch.Size([5, 5])
+    assert fn((5, 1), 3) == torch.Size([5, 3])   # specialized: another value traces again
+    assert fn((2, 1), (1, 4)) == torch.Size([2, 4])
+    with pytest.raises(RuntimeError):   # eager's error when the shapes do not broadcast
+        fn((5, 2), 3)

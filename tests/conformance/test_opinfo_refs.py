@@ -25,9 +25,6 @@ pytest.importorskip("expecttest")  # torch.testing._internal needs it
 
 #: entry -> substrings of the failures it may have (path-independent), and why
 KNOWN = {
-    # torch.broadcast_shapes is Python (no __torch_function__, so the tracer never sees the
-    # call) and wants real ints: a bare int argument of the jitted function is a NumberProxy
-    "broadcast_shapes": ("Input shapes should be of type ints",),
     # one uint8 sample: the differences wrap (no float64 reference can be made by upcasting),
     # then d(a, p) - d(a, n) cancels two ~560 distances; ours sums the squares in another
     # order than eager's norm kernel (1 ulp on one distance, 1.5e-5 relative on the loss).
