@@ -197,12 +197,14 @@ def _same_layout(got, expected):
 
 
 def _ref_and_jit_match_eager(name, args, kwargs):
-    """getattr(torch, name) against refs.<name> and primtrace.jit of it: the error kind, or
-    dtype, shape, strides and values."""
+    """getattr(torch, name) against refs.<name> and primtrace.jit of it (by default the
+    fusion executor puts the whole torch call back, as it fuses only a part; with the torch
+    executor alone the prims run): the error kind, or dtype, shape, strides and values."""
     fn = lambda *a: getattr(torch, name)(*a, **kwargs)  # noqa: E731
     expected = _outcome(fn, *args)
     for got in (_outcome(lambda *a: getattr(refs, name)(*a, **kwargs), *args),
-                _outcome(primtrace.jit(fn), *args)):
+                _outcome(primtrace.jit(fn), *args),
+                _outcome(primtrace.jit(fn, executors=[]), *args)):
         if isinstance(expected, type):
             _check(got, expected)
         else:
@@ -264,19 +266,21 @@ def test_istft_matches_eager(name):
 def test_istft_overlap_add_check_reads_the_window_each_call():
     """NOLA is checked on the window's values when the trace runs: a window that becomes
     zero on a later call raises as eager does, with no retrace."""
-    fn = primtrace.jit(lambda s, w: torch.istft(s, 8, window=w))
+    fn = primtrace.jit(lambda s, w: torch.istft(s, 8, window=w), executors=[])  # the prims
     torch.testing.assert_close(fn(_S, _HANN), torch.istft(_S, 8, window=_HANN))
     with pytest.raises(RuntimeError, match="window overlap add min"):
         fn(_S, torch.zeros(8))
     assert primtrace.cache_info(fn).misses == 1
+    assert "check_overlap_add" in str(primtrace.last_trace(fn))
 
 
 def test_stft_istft_round_trip_under_jit():
     x = _signal(2, 100, dtype=torch.float64)
     w = torch.hann_window(16, dtype=torch.float64)
-    fn = primtrace.jit(lambda a: torch.istft(torch.stft(a, 16, 4, window=w, return_complex=True),
-                                             16, 4, window=w, length=100))
-    torch.testing.assert_close(fn(x), x)
+    round_trip = lambda a: torch.istft(  # noqa: E731
+        torch.stft(a, 16, 4, window=w, return_complex=True), 16, 4, window=w, length=100)
+    for executors in (None, []):
+        torch.testing.assert_close(primtrace.jit(round_trip, executors=executors)(x), x)
 
 
 # --- tensors read as sizes under jit: an input's values are guarded ------------------------------
