@@ -70,7 +70,7 @@ def _pad_signal(x, amount, mode):
     """x (3-d: eager's F.pad input) padded by `amount` on both sides of its last dim."""
     if mode not in _PAD_MODES:
         raise NotImplementedError(f"Unrecognised padding mode {mode}")
-    if mode != "constant" and joins._pad_declines(x, (amount, amount), mode):
+    if mode != "constant" and joins.pad_declines(x, (amount, amount), mode):
         n = x.shape[-1]
         if mode == "reflect" and amount >= n and x.numel():
             raise RuntimeError(f"Argument #4: Padding size should be less than the corresponding "
