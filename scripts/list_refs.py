@@ -109,6 +109,10 @@ EXAMPLES = {
     "native_group_norm": [T((2, 4, 3)), T((4,)), T((4,)), 2, 4, 3, 2, 1e-5],
     # (L, N, E) query, key, value; embed_dim, heads, in_proj weight and bias, bias_k, bias_v,
     # add_zero_attn, dropout_p, out_proj weight and bias
+    # a signal, n_fft, hop, win_length, window, center, pad_mode, normalized, onesided,
+    # return_complex; a (freq, frames) spectrum, n_fft
+    "stft": [T((16,)), 8, None, None, None, True, "reflect", False, None, True],
+    "istft": [T((5, 3), torch.complex64), 8],
     "multi_head_attention_forward": [T((3, 2, 4)), T((5, 2, 4)), T((5, 2, 4)), 4, 2, T((12, 4)),
                                      T((12,)), None, None, False, 0.0, T((4, 4)), T((4,))],
 }

@@ -77,6 +77,27 @@ def set_unknown_read(fn: Callable) -> None:
     _unknown_read = fn
 
 
+#: called with a traced tensor whose values a ref reads as Python numbers (a tensor argument
+#: used as a size or an index: narrow's start); the tracer installs one that reads an input
+#: tensor's values and guards them, and raises its DataDependentError for computed ones
+_value_read: Callable | None = None
+
+
+def set_value_read(fn: Callable) -> None:
+    global _value_read
+    _value_read = fn
+
+
+def tensor_values(t, what: str):
+    """``t.tolist()``, as eager reads a tensor argument that is a size or an index; for a
+    traced tensor, what the tracer's reader gives (`what` names the read in its error)."""
+    if isinstance(t, TensorProxy):
+        if _value_read is None:
+            raise RuntimeError(f"{what} reads a traced tensor's values outside of tracing")
+        return _value_read(t, what)
+    return t.tolist()
+
+
 class Proxy:
     """A named symbolic value (subclasses store `name`)."""
     __slots__ = ()

@@ -12,17 +12,19 @@ from primtrace.prims import library as _library
 from primtrace.prims import linalg as _linalg
 from primtrace.prims import random as _random
 from primtrace.prims import scans as _scans
+from primtrace.prims import spectral as _spectral
 from primtrace.prims import reductions as _reductions
 from primtrace.prims import structural as _structural
 from primtrace.prims import views as _views
 from primtrace.prims.elementwise import *  # noqa: F401,F403  (the table-generated prims)
-from primtrace.prims.guards import check_fits  # noqa: F401
+from primtrace.prims.guards import check_fits, check_item_fits  # noqa: F401
 from primtrace.prims.meta import PrimContractError, elementwise_strides  # noqa: F401
 from primtrace.prims.structural import (broadcast_in_dim, convert_element_type, copy_to,  # noqa: F401
                                         full, iota, item, polygamma, resize, where)
 from primtrace.prims.structural import complex_ as complex  # noqa: F401,A001
 from primtrace.prims.structural import full_like, full_strided  # noqa: F401
-from primtrace.prims.dtype_views import libm_pow, view_as_complex, view_as_real  # noqa: F401
+from primtrace.prims.dtype_views import (conj_view, imag_view, libm_pow, real_view,  # noqa: F401
+                                         view_as_complex, view_as_real)
 from primtrace.prims.reductions import amax, amin, prod, var  # noqa: F401
 from primtrace.prims.reductions import sum  # noqa: F401
 from primtrace.prims.indexing import *  # noqa: F401,F403
@@ -32,11 +34,13 @@ from primtrace.prims.scans import *  # noqa: F401,F403
 from primtrace.prims.views import (aliased, as_strided, cat, diagonal, expand, flip,  # noqa: F401
                                    permute, reshape_view, slice, squeeze, unfold, unsqueeze)
 from primtrace.prims.library import *  # noqa: F401,F403  (convolution, pooling)
+from primtrace.prims.spectral import *  # noqa: F401,F403  (FFTs)
 
 #: name -> Symbol, every prim.
 ALL_PRIMS = {**_elementwise.PRIMS, **_structural.PRIMS, **_reductions.PRIMS, **_dtype_views.PRIMS,
              **_views.PRIMS, **_library.PRIMS,
-             "check_fits": check_fits}
-ALL_PRIMS.update({**_linalg.PRIMS, **_indexing.PRIMS, **_scans.PRIMS, **_random.PRIMS})
+             "check_fits": check_fits, "check_item_fits": check_item_fits}
+ALL_PRIMS.update({**_linalg.PRIMS, **_indexing.PRIMS, **_scans.PRIMS, **_random.PRIMS,
+                  **_spectral.PRIMS})
 UNARY = [row[0] for row in _elementwise.UNARY]
 BINARY = [row[0] for row in _elementwise.BINARY]

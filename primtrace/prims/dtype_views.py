@@ -1,7 +1,11 @@
 """Prims that reinterpret memory as another dtype, and the C library's pow.
 
 ``view_as_real(a)``: a complex tensor viewed as its (real, imag) pairs, a trailing dim of 2;
-``view_as_complex(a)``: the inverse. Their meta functions give eager's exact strides (every
+``view_as_complex(a)``: the inverse; ``conj_view(a)``: a complex tensor's conjugate as eager's
+``torch.conj`` gives it, a view of the same memory with the conjugate bit set (values read
+through it are conjugated; writes into it store the conjugate); ``real_view(a)`` and
+``imag_view(a)``: eager's ``torch.real``/``torch.imag`` views (of a conjugate view: the
+real part plainly, the imaginary part with the negative bit, as eager's). Their meta functions give eager's exact strides (every
 stride doubles or halves; the pair dim has stride 1), the impls are torch's own views, so
 the result shares the input's memory; like the other view prims they have no Numba row.
 
@@ -56,6 +60,35 @@ view_as_complex = _prim("view_as_complex", _view_as_complex_meta, torch.view_as_
                         "dropped, strides halved.")
 
 
+def _conj_view_meta(a):
+    if not is_tensor(a) or not a.dtype.is_complex:
+        raise PrimContractError("prims.conj_view: expected a complex tensor")
+    return TensorSpec.of(a)
+
+
+# Only torch reads it: no fused kernel takes complex tensors (they read memory raw, which
+# would drop the bit); torch.view_as_real of it raises, as eager's does.
+conj_view = _prim("conj_view", _conj_view_meta, torch.conj,
+                  "The conjugate of a complex tensor as a lazy view (eager's torch.conj: same "
+                  "memory, sizes and strides, the conjugate bit set).")
+
+
+def _part_meta(name):
+    def meta(a):
+        if not is_tensor(a) or a.dtype not in _REAL:
+            raise PrimContractError(f"prims.{name}: expected a complex tensor")
+        return TensorSpec(tuple(a.shape), _REAL[a.dtype], a.device,
+                          tuple(2 * s for s in a.stride()))
+    return meta
+
+
+real_view = _prim("real_view", _part_meta("real_view"), torch.real,
+                  "The real parts of a complex tensor, a view (strides doubled).")
+imag_view = _prim("imag_view", _part_meta("imag_view"), torch.imag,
+                  "The imaginary parts of a complex tensor, a view (strides doubled; of a "
+                  "conjugate view, eager's view with the negative bit).")
+
+
 def _libm_pow_meta(a, b):
     if not (is_tensor(a) and is_tensor(b)):
         raise PrimContractError("prims.libm_pow: expected two tensors")
@@ -75,4 +108,5 @@ libm_pow = _prim("libm_pow", _libm_pow_meta, _libm_pow_impl,
                  "a ** b by std::pow per element (eager's scalar loops), not torch.pow's "
                  "vectorized kernel.", tags=())
 
-PRIMS = {s.name: s for s in (view_as_real, view_as_complex, libm_pow)}
+PRIMS = {s.name: s for s in (view_as_real, view_as_complex, conj_view, real_view, imag_view,
+                              libm_pow)}

@@ -1,4 +1,5 @@
-"""Guards: prims that check a runtime Python number and raise eager's error, or do nothing.
+"""Guards: prims that check a runtime Python number (or a 0-dim tensor's value, which eager
+reads with ``item()``) and raise eager's error, or do nothing.
 
 Eager refuses a number that does not convert to the kernel's dtype ("value cannot be
 converted to type int8_t without overflow"). In a trace the number is a runtime input, so
@@ -53,3 +54,29 @@ def _check_fits(value, dtype):
 check_fits = Symbol("check_fits", kind=SymbolKind.PRIM, meta=lambda value, dtype: None, impl=_check_fits,
                     tags=frozenset({"guard"}), module="prims",
                     doc="Raise eager's overflow error if the number does not convert to dtype.")
+
+
+def item_may_overflow(value_dtype, dtype) -> bool:
+    """Could some value of `value_dtype`, read as a number, overflow `dtype` (by
+    :func:`number_overflows`)? False when every value converts (no check is needed)."""
+    if dtype is torch.bool or value_dtype is torch.bool or value_dtype == dtype:
+        return False
+    if value_dtype.is_complex or value_dtype.is_floating_point:
+        if value_dtype.is_complex and not dtype.is_complex:
+            return True
+        real = dtypes.to_real(dtype)
+        return not real.is_floating_point or \
+            torch.finfo(real).max < torch.finfo(dtypes.to_real(value_dtype)).max
+    info = torch.iinfo(value_dtype)
+    return number_overflows(info.min, dtype) or number_overflows(info.max, dtype)
+
+
+def _check_item_fits(value, dtype):
+    _check_fits(value.item(), dtype)
+
+
+check_item_fits = Symbol(
+    "check_item_fits", kind=SymbolKind.PRIM, meta=lambda value, dtype: None,
+    impl=_check_item_fits, tags=frozenset({"guard"}), module="prims",
+    doc="Raise eager's overflow error if a 0-dim tensor's value (read with item(), as eager "
+        "reads a masked_fill value) does not convert to dtype.")

@@ -26,6 +26,7 @@ from primtrace.refs.slicing import *  # noqa: F401,F403
 from primtrace.refs.ternary import *  # noqa: F401,F403
 from primtrace.refs.unary import *  # noqa: F401,F403
 from primtrace.refs.views import *  # noqa: F401,F403
+from primtrace.refs.spectral import *  # noqa: F401,F403
 from primtrace.refs.writes import *  # noqa: F401,F403
 from primtrace.refs.promotion import Kind, elementwise_dtypes, result_type  # noqa: F401
 from primtrace.refs import linalg, nn, special  # noqa: F401,E402

@@ -451,7 +451,7 @@ def constant_pad_nd(input, pad, value=0):
 _GATHER_MODES = ("reflect", "replicate", "circular")
 
 
-def _pad_declines(input, pad, mode="constant", value=None) -> bool:
+def pad_declines(input, pad, mode="constant", value=None) -> bool:
     """Besides "constant": reflect, replicate and circular padding of 1-3 trailing dims by
     non-negative amounts in the combinations eager supports, with a contiguous result (not
     a reflected or replicated channels_last input, whose layout eager keeps); the rest, and
@@ -492,7 +492,7 @@ def _source_positions(mode, n, left, right) -> list:
     return positions
 
 
-@ref(declines=_pad_declines)
+@ref(declines=pad_declines)
 def pad(input, pad, mode="constant", value=None):
     """torch.nn.functional.pad: "constant" is constant_pad_nd; "reflect", "replicate" and
     "circular" gather each padded dim at the input positions its elements copy (a new
@@ -500,7 +500,7 @@ def pad(input, pad, mode="constant", value=None):
     mapping.REF_MODULES."""
     require_tensor("pad", input)
     if mode != "constant":
-        if _pad_declines(input, pad, mode, value):
+        if pad_declines(input, pad, mode, value):
             raise NotImplementedError(f"primtrace: this pad in mode {mode!r} has no ref; torch "
                                       f"makes it")
         x, pad = input, tuple(int(p) for p in pad)

@@ -147,7 +147,11 @@ def _spectral_norm(name, A, ord, d0, d1, keepdim, dtype):
     order = (*(i for i in range(x.ndim) if i not in (d0, d1)), d0, d1)
     s = prims.svdvals(prims.permute(x, order))
     last = (s.ndim - 1,)
-    y = prims.sum(s, last) if ord == "nuc" else (prims.amax if ord > 0 else prims.amin)(s, last)
+    # eager's 2-norm of an empty matrix is 0 (the sum of no singular values: they are >= 0);
+    # its -2 norm raises amin's IndexError
+    empty_max = ord == 2 and s.shape[-1] == 0
+    y = prims.sum(s, last) if ord == "nuc" or empty_max else \
+        (prims.amax if ord > 0 else prims.amin)(s, last)
     if keepdim:  # eager's reduction with keepdim, unsqueeze(-1), the dims moved back
         y = prims.unsqueeze(prims.unsqueeze(y, y.ndim), y.ndim + 1)
         y = prims.permute(y, tuple(order.index(i) for i in range(x.ndim)))

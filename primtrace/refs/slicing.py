@@ -14,6 +14,7 @@ import torch
 
 from primtrace import dtypes, prims
 from primtrace.ir.strides import contiguous_strides
+from primtrace.ir.proxy import tensor_values
 from primtrace.refs import views as _views
 from primtrace.refs.core import exports, is_tensor, ref
 from primtrace.refs.creation import filled
@@ -41,11 +42,11 @@ def narrow(input, dim, start, length):
     if input.ndim == 0:
         raise RuntimeError("narrow() cannot be applied to a 0-dim tensor.")
     d = wrap(as_int("narrow", "dim", dim, 2), input.ndim)
-    if is_tensor(start):  # eager reads it (item()): a proxy's value is unknown while tracing
+    if is_tensor(start):  # eager reads it (item()); under jit, an input's value is guarded
         if start.ndim or start.dtype.is_floating_point or start.dtype.is_complex or \
                 start.dtype is torch.bool:
             raise RuntimeError("start must be an 0-dim integral Tensor.")
-        start = operator.index(start)
+        start = tensor_values(start, "narrow's tensor start")
     else:
         start = as_int("narrow", "start", start, 3)
     length = as_int("narrow", "length", length, 4)
@@ -166,7 +167,7 @@ def tensor_split_views(name, input, sections, dim) -> tuple:
                            f"with 0 dims")
     d = wrap(as_int(name, "dim", dim, 3), input.ndim)
     n = input.shape[d]
-    if is_tensor(sections):  # eager reads its values (a proxy's raise while tracing)
+    if is_tensor(sections):  # eager reads its values; under jit, an input's are guarded
         if sections.dtype is not torch.int64:
             raise RuntimeError(f"tensor_split expected tensor_indices_or_sections to have dtype "
                                f"of long, but got {dtypes.scalar_type_name(sections.dtype)}")
@@ -174,7 +175,7 @@ def tensor_split_views(name, input, sections, dim) -> tuple:
             raise RuntimeError(f"tensor_split expected tensor_indices_or_sections to be a "
                                f"zero-dimensional or one-dimensional tensor, but got a tensor "
                                f"with {sections.ndim} dims")
-        sections = sections.tolist()
+        sections = tensor_values(sections, "tensor_split's tensor of indices or sections")
     if isinstance(sections, SEQUENCE):
         bounds = [0, *(min(max(i if i >= 0 else i + n, 0), n)
                        for i in int_list(name, "indices", (sections,), 2)), n]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from primtrace import dtypes, prims
+from primtrace.prims.guards import item_may_overflow
 from primtrace.ir.strides import contiguous_strides
 from primtrace.refs.conversion import allocated_as_eager
 from primtrace.refs.checks import check_fits, check_out_dtype, not_implemented, without_complex32
@@ -219,6 +220,8 @@ def _masked_fill_check(input, mask, value):
         check_fits(value, input.dtype)
     elif not is_tensor(value):
         raise TypeError(f"masked_fill(): argument 'value' must be Number, not {type(value).__name__}")
+    elif item_may_overflow(value.dtype, input.dtype):  # eager converts value.item(), checked
+        prims.check_item_fits(value, input.dtype)
 
 
 @ref

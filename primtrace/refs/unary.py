@@ -215,13 +215,9 @@ def isreal(input):
 
 # --- complex parts ------------------------------------------------------------------------------
 def _part(input, which):
-    """Component `which` (0 real, 1 imaginary) of a complex tensor, a view as eager's: the
-    last dim of view_as_real, selected."""
-    pairs = prims.view_as_real(input)
-    n = input.ndim
-    part = prims.slice(pairs, (0,) * n + (which,), tuple(pairs.shape[:n]) + (which + 1,),
-                       (1,) * (n + 1))
-    return prims.squeeze(part, (n,))
+    """Component `which` (0 real, 1 imaginary) of a complex tensor, a view as eager's (of a
+    conjugate view too)."""
+    return (prims.real_view, prims.imag_view)[which](input)
 
 
 @ref
@@ -242,9 +238,10 @@ def imag(input):
 
 @ref
 def conj(input):
-    """The conjugate (materialized; eager returns a lazy view), or input itself if real."""
+    """The conjugate as eager's lazy view (the conjugate bit: same memory), or input itself
+    if real."""
     tensor_argument("conj", input)
-    return prims.conj(input) if input.dtype.is_complex else input
+    return prims.conj_view(input) if input.dtype.is_complex else input
 
 
 @elementwise(NO_OPMATH, ("input",), checks=[same_dtype_out])

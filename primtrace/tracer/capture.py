@@ -213,6 +213,24 @@ def _unknown_read(unknown: Unknown):
 _proxy.set_unknown_read(_unknown_read)
 
 
+def _value_read(proxy, what: str):
+    """A ref reads a traced tensor's values as numbers (narrow's start, tensor_split's
+    indices): an argument or state tensor's are read now and guarded (the trace is
+    specialized on them); a computed tensor's are data: DataDependentError."""
+    trace = current_trace()
+    state = getattr(trace, "state", None)
+    values = None if state is None else state.input_values(trace.resolve(proxy))
+    if values is None:
+        raise DataDependentError(
+            f"data-dependent sizes: {what} reads the values of a tensor the trace computes, "
+            f"which are unknown while tracing\n  {describe_location(user_location())}\n"
+            f"pass them as an input tensor or as Python ints")
+    return values
+
+
+_proxy.set_value_read(_value_read)
+
+
 def _accepts(ref: Symbol, name: str) -> bool:
     import inspect
     try:
@@ -599,12 +617,16 @@ def acquire(fn, args: tuple, kwargs: dict, name: str | None = None) -> TracingTr
     """Run `fn` on proxies of `args`/`kwargs` and return the acquisition trace.
 
     Python numbers are traced as runtime values. If torch refuses one (an int argument of an
-    opaque torch function cannot be a proxy), `fn` is traced again with every number as a
-    constant: those numbers are then specialized, and their values join the cache key.
+    opaque torch function cannot be a proxy; torch's Python, such as broadcast_shapes, wants
+    an int), `fn` is traced again with every number as a constant: those numbers are then
+    specialized, and their values join the cache key. A second failure is the function's own
+    (numbers as constants are eager's): its error is raised.
     """
     try:
         return _acquire(fn, args, kwargs, name, numbers_as_constants=False)
-    except TypeError as e:
+    except TracingError:
+        raise
+    except (TypeError, RuntimeError, ValueError) as e:
         # torch's argument parser does not always name the proxy: torch.ones(n, n) says
         # "ones() takes 1 positional argument but 2 were given"
         if "NumberProxy" not in str(e) and not any(

@@ -51,6 +51,7 @@ _STRUCTURE = ("_parameters", "_buffers", "_modules")   # iterated: its items are
 _NUMBERS = (int, float, complex, str, bytes, torch.device)
 _SCALARS = (bool, *_NUMBERS, torch.dtype)
 _MAX_ITEMS = 256   # a bigger dict or object is guarded by identity only
+_MAX_VALUES = 64   # a tensor read as numbers (sizes, indices) with more elements is data
 #: what a guarded read of a module is, in recompile reasons
 _ORIGINS = {"_parameters": "parameter", "_buffers": "buffer", "_modules": "submodule"}
 
@@ -275,6 +276,7 @@ class StateRecorder:
         self.grad_reads: list = []           # (base tensor, its .grad) read while tracing
         self.writes: list = []               # (module, name, existed, old value) assigned
         self._globals: list | None = None    # _global_reads, once computed
+        self.value_reads: list = []          # (tensor, its values) a ref read as numbers
 
     # recording ---------------------------------------------------------------------------
     def module_read(self, owner, store, name, value) -> None:
@@ -341,6 +343,19 @@ class StateRecorder:
             if p is proxy:
                 return t
         return None
+
+    def input_values(self, proxy):
+        """The values (``tolist()``) of the argument or state tensor behind `proxy`, which a
+        ref reads as sizes or indices (narrow's start): the trace holds for those values
+        only, so the guard checks them on every call (another value traces again). None for
+        a computed tensor, a float or complex one (NaN never equals itself), or a big one."""
+        t = self.real(proxy)
+        if t is None or t.dtype.is_floating_point or t.dtype.is_complex or \
+                t.numel() > _MAX_VALUES:
+            return None
+        value = t.tolist()
+        self.value_reads.append((t, value))
+        return value
 
     def grad_of(self, proxy):
         """``x.grad`` of an argument or state tensor: None, or the gradient, lifted."""
@@ -433,6 +448,11 @@ class StateRecorder:
         for tid, t in read_tensors.items():   # read but not used: the metadata still counts
             if tid not in self.lifted:
                 code.check_tensor(sources[tid], t, texts[tid])
+        for t, value in self.value_reads:   # tensors read as numbers: their values too
+            expr = sources.get(id(t)) or code.const(t, "held")
+            origin, name = texts.get(id(t), ("state", expr))
+            code.check(f"{expr}.tolist() == {code.const(value, 'v')}",
+                       (origin, f"the values of {name}"), "values", value, f"{expr}.tolist()")
         code.fetches.append(f"state = [{', '.join(f's{i}' for i in range(len(state)))}]")
         if not code.checks and not state and not force:
             return None

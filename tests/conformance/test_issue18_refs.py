@@ -593,9 +593,12 @@ def test_narrow_with_a_0dim_tensor_start():
     for bad in (torch.tensor(1.0), torch.tensor(True), torch.tensor([1])):
         with pytest.raises(RuntimeError, match="start must be an 0-dim integral Tensor"):
             refs.narrow(_X, 0, bad, 2)
-    # traced, the start is data: a clear data-dependent error (eager reads it with item())
+    # traced, an input start's value is read and guarded (test_opinfo_last.py); a computed
+    # one is data: a clear data-dependent error (eager reads it with item())
+    _same_result(primtrace.jit(lambda x, s: torch.narrow(x, 0, s, 2))(_X, torch.tensor(1)),
+                 torch.narrow(_X, 0, torch.tensor(1), 2))
     with pytest.raises(primtrace.tracer.capture.DataDependentError):
-        primtrace.jit(lambda x, s: torch.narrow(x, 0, s, 2))(_X, torch.tensor(1))
+        primtrace.jit(lambda x, s: torch.narrow(x, 0, s * 1, 2))(_X, torch.tensor(1))
 
 
 def test_tensor_split_with_a_tensor_of_indices():
@@ -610,8 +613,11 @@ def test_tensor_split_with_a_tensor_of_indices():
         refs.tensor_split(_X, torch.tensor([1.0]), 1)
     with pytest.raises(RuntimeError, match="zero-dimensional or one-dimensional"):
         refs.tensor_split(_X, torch.tensor([[1]]), 1)
+    got = primtrace.jit(lambda x, i: torch.tensor_split(x, i, 1))(_X, torch.tensor([1, 3]))
+    for g, e in zip(got, torch.tensor_split(_X, torch.tensor([1, 3]), 1), strict=True):
+        _same_result(g, e)
     with pytest.raises(primtrace.tracer.capture.DataDependentError):
-        primtrace.jit(lambda x, i: torch.tensor_split(x, i, 1))(_X, torch.tensor([1, 3]))
+        primtrace.jit(lambda x, i: torch.tensor_split(x, i + 0, 1))(_X, torch.tensor([1, 3]))
 
 
 def test_take_along_dim_without_dim_takes_a_multi_dim_index():
