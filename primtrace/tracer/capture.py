@@ -164,7 +164,10 @@ def dispatch(func, args, kwargs):
                            f"forward computations; jit the model (or the loss) and call "
                            f"backward outside\n  {describe_location(user_location())}")
     if target.name in mapping.DATA_DEPENDENT:
-        raise DataDependentError(_data_dependent_message(func, target))
+        value = _read_argument(trace, func, target, args, kwargs)
+        if value is NotImplemented:
+            raise DataDependentError(_data_dependent_message(func, target))
+        return value
     state = trace.state
     if state is not None:   # tensors read from state become inputs; the frames are noted
         args, kwargs = trace.lift_state(args, kwargs)
@@ -189,6 +192,22 @@ def dispatch(func, args, kwargs):
 
 #: backward passes run autograd's engine, which a trace of forward ops cannot record
 _AUTOGRAD_CALLS = (torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad)
+
+
+#: reads of a tensor's values that an argument or state tensor answers (see _read_argument)
+_VALUE_READS = frozenset({"__bool__", "__int__", "__index__", "__contains__", "tolist", "is_nonzero"})
+
+
+def _read_argument(trace, func, target, args, kwargs):
+    """User code reads the values of a small integer or bool argument (or state) tensor not
+    written before (``if flag:``, ``int(n)``, ``x[:int(n)]``): the call's values are read
+    and the trace is specialized on them, as for a ref's reads (``_value_read``). Anything
+    else (a computed tensor, a float, a large one): NotImplemented."""
+    if target.name not in _VALUE_READS or not args or type(args[0]) is not TensorProxy or \
+            trace.state is None or has_proxy(args[1:], kwargs):
+        return NotImplemented
+    real = trace.state.read_values(trace.resolve(args[0]))
+    return NotImplemented if real is None else func(real, *args[1:], **kwargs)
 
 
 def _data_dependent_message(func, target) -> str:

@@ -349,13 +349,18 @@ class StateRecorder:
         ref reads as sizes or indices (narrow's start): the trace holds for those values
         only, so the guard checks them on every call (another value traces again). None for
         a computed tensor, a float or complex one (NaN never equals itself), or a big one."""
+        t = self.read_values(proxy)
+        return None if t is None else t.tolist()
+
+    def read_values(self, proxy):
+        """The argument or state tensor behind `proxy`, whose values the code reads (see
+        input_values: they are guarded from now on), or None."""
         t = self.real(proxy)
         if t is None or t.dtype.is_floating_point or t.dtype.is_complex or \
                 t.numel() > _MAX_VALUES:
             return None
-        value = t.tolist()
-        self.value_reads.append((t, value))
-        return value
+        self.value_reads.append((t, t.tolist()))
+        return t
 
     def grad_of(self, proxy):
         """``x.grad`` of an argument or state tensor: None, or the gradient, lifted."""

@@ -103,6 +103,39 @@ def test_a_number_whose_value_decides_control_flow_is_specialized():
     assert trace.inputs[1].specialized
 
 
+@pytest.mark.parametrize("fn, values", [
+    (lambda x, s: torch.narrow(x, 1, s, 2), [torch.tensor(2), torch.tensor(0), torch.tensor(2)]),
+    (lambda x, s: x[: int(s) + 1], [torch.tensor(1), torch.tensor(-1), torch.tensor(1)]),
+    (lambda x, i: torch.tensor_split(x, i, 1), [torch.tensor([1, 3]), torch.tensor([0, 4, 4])]),
+    (lambda x, flag: x * 2 if flag else x - 1, [torch.tensor(True), torch.tensor(False)]),
+    (lambda x, n: x.repeat(int(n), 1, 1), [torch.tensor([2], dtype=torch.int32),
+                                           torch.tensor([1], dtype=torch.int32)]),
+])
+def test_a_small_integer_argument_tensor_read_as_a_value_is_specialized(fn, values):
+    """A tensor `start`, split indices or flag passed as an argument: its values are guarded
+    (a call with other values traces again), never a stale trace."""
+    x = torch.randn(4, 5, 3)
+    jfn = primtrace.jit(fn)
+    for v in values:
+        got, want = jfn(x, v), fn(x, v)
+        for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+            assert torch.equal(g, w)
+    assert counts(jfn)[1] == len({repr(v.tolist()) for v in values})
+
+
+@pytest.mark.parametrize("fn, arg", [
+    (lambda x, s: x.narrow(0, s.add_(1), 2), torch.tensor(1)),            # written first
+    (lambda x, s: x.narrow(0, s * 1, 2), torch.tensor(1)),                # an intermediate
+    (lambda x, s: x * 2 if s else x, torch.tensor(1.0)),                  # a float
+    (lambda x, s: x * 2 if s.sum() else x, torch.ones(2, dtype=torch.long)),
+    (lambda x, s: x[: s.tolist()[0]], torch.arange(65)),                  # too large
+    (lambda x, s: x[: int(s[0])], torch.arange(3)),                       # a view of one
+])
+def test_value_reads_that_are_not_small_unwritten_integer_arguments_raise(fn, arg):
+    with pytest.raises(primtrace.DataDependentError):
+        primtrace.jit(fn)(torch.randn(4, 3), arg)
+
+
 def test_none_ness_of_an_optional_argument_is_in_the_key():
     # a peer system reused the trace of clamp(x, lo, None) for clamp(x, lo, hi)
     jfn = primtrace.jit(lambda x, lo, hi: torch.clamp(x, lo, hi))
