@@ -113,13 +113,23 @@ def test_conj_view_under_jit(name):
         _check(g, e)
 
 
-@pytest.mark.xfail(strict=True, reason="open bug: a fused Numba kernel reads a tensor with the "
-                   "negative bit (imag of a conjugate view, or such an input) as raw memory, "
-                   "so the values lose their sign; torch-run prims are right")
-def test_imag_of_a_conj_view_into_a_fused_kernel():
-    z = torch.arange(64.0).to(torch.complex64) * (1 + 2j) / 64
+@pytest.mark.parametrize("fuse_all", [False, True])
+def test_imag_of_a_conj_view_into_a_fused_kernel(fuse_all):
+    """A tensor with torch's lazy negation bit (the imag of a conjugate view, made in the
+    trace or passed in) holds the un-negated values in memory: a fused kernel's launcher
+    hands such operands to torch (it read raw memory: the values lost their sign)."""
+    from primtrace.executors.numba import NumbaFusionExecutor
+    executors = [NumbaFusionExecutor(cost_model=False)] if fuse_all else None
+    z = torch.arange(4096.0).to(torch.complex64) * (1 + 2j) / 4096
     fn = lambda x: (torch.imag(torch.conj(x)) * 2 + 1).exp()  # noqa: E731
-    torch.testing.assert_close(primtrace.jit(fn)(z), fn(z))
+    torch.testing.assert_close(primtrace.jit(fn, executors=executors)(z), fn(z))
+    g = lambda x, y: (x * 2 + y).exp().sum(-1)  # noqa: E731
+    neg = z.conj().imag.reshape(64, 64)   # an input with the bit
+    assert neg.is_neg()
+    jg = primtrace.jit(g, executors=executors)
+    plain = neg.resolve_neg()
+    torch.testing.assert_close(jg(plain, plain), g(plain, plain))
+    torch.testing.assert_close(jg(neg, neg), g(neg, neg))     # the same trace, a neg input
 
 
 # --- masked_fill: eager converts a tensor value's item(), checked ------------------------------

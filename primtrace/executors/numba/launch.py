@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 from primtrace.executors.numba.plan import Plan
 from primtrace.ir.proxy import Proxy, TensorProxy
 
@@ -43,6 +45,21 @@ def alias_check_lines(plan: Plan, region, env: dict) -> list[str]:
     args = ", ".join(f"i{j}" for j in range(len(region.inputs)))
     lines += ["    if unsafe:", f"        return unfused({args})"]
     return lines
+
+
+def lazy_bit_lines(region, env: dict) -> list[str]:
+    """Launcher lines that run the region's prims by torch (:func:`unfused`) when an operand
+    carries torch's lazy negation or conjugation bit (``x.conj().imag``, or such an input):
+    its memory holds the values before that negation, and a kernel reads raw memory. Not in
+    the cache key (eager tensors rarely carry a bit), so checked per call: ~60 ns an operand."""
+    tests = [f"i{j}.is_neg()" + (f" or i{j}.is_conj()" if p.dtype.is_complex else "")
+             for j, p in enumerate(region.inputs)
+             if isinstance(p, TensorProxy) and p.dtype is not torch.bool]
+    if not tests:
+        return []
+    env["unfused"] = unfused(region)
+    args = ", ".join(f"i{j}" for j in range(len(region.inputs)))
+    return [f"    if {' or '.join(tests)}:", f"        return unfused({args})"]
 
 
 def aliased(written, other, eager: bool, strict: bool) -> bool:

@@ -227,6 +227,7 @@ def launcher_source(plan: RowPlan, region, fn_name: str, variant: str) -> tuple[
     args = [f"i{j}" for j in range(len(region.inputs))]
     env = {"torch": torch, "empty_strided": torch.empty_strided, "huge_pages": cpu.huge_pages}
     lines = [f"def {fn_name}({', '.join(args)}):"]
+    lines += launch.lazy_bit_lines(region, env)
     for s in plan.stores:
         p = region.outputs[s.output]
         alloc = (f"empty_strided({tuple(p.shape)!r}, {tuple(p.stride())!r}, "

@@ -337,6 +337,7 @@ def launcher_source(plan: Plan, region, variant: str, fn_name: str) -> tuple[str
     args = [f"i{j}" for j in range(nin)]
     env = {"torch": torch, "empty_strided": torch.empty_strided, "huge_pages": huge_pages}
     lines = [f"def {fn_name}({', '.join(args)}):"]
+    lines += launch.lazy_bit_lines(region, env)
     lines += launch.alias_check_lines(plan, region, env)
     addresses = {a.written for a in plan.aliases} | {a.other for a in plan.aliases}
     for s in plan.stores:

@@ -164,6 +164,7 @@ def launcher_source(plan: Plan, region, fn_name: str) -> tuple[str, dict]:
     nin = len(region.inputs)
     env = {"torch": torch, "empty_strided": torch.empty_strided, "flat": _flat}
     lines = [f"def {fn_name}({', '.join(f'i{j}' for j in range(nin))}):"]
+    lines += launch.lazy_bit_lines(region, env)
     lines += launch.alias_check_lines(plan, region, env)   # in-place writes vs aliases
     for s in plan.stores:
         if s.into_input is None:

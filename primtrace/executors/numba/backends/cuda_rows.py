@@ -171,6 +171,7 @@ def launcher_source(plan: RowPlan, region, fn_name: str) -> tuple[str, dict]:
     env = {"torch": torch, "empty_strided": torch.empty_strided, "flat": cuda._flat,
            "stream": cuda._stream}
     lines = [f"def {fn_name}({', '.join(f'i{j}' for j in range(len(region.inputs)))}):"]
+    lines += launch.lazy_bit_lines(region, env)
     for s in plan.stores:
         p = region.outputs[s.output]
         lines.append(f"    o{s.output} = empty_strided({tuple(p.shape)!r}, {tuple(p.stride())!r}, "
