@@ -13,6 +13,7 @@ import torch
 
 from primtrace import dtypes
 from primtrace.ir.symbol import Symbol, SymbolKind
+from primtrace.prims.differentiation import GUARD
 
 
 
@@ -53,3 +54,5 @@ def _check_fits(value, dtype):
 check_fits = Symbol("check_fits", kind=SymbolKind.PRIM, meta=lambda value, dtype: None, impl=_check_fits,
                     tags=frozenset({"guard"}), module="prims",
                     doc="Raise eager's overflow error if the number does not convert to dtype.")
+
+DERIVATIVES = {"check_fits": GUARD}

@@ -15,7 +15,10 @@ import torch
 from primtrace.ir.proxy import TensorSpec
 from primtrace.ir.strides import contiguous_strides, dense_strides
 from primtrace.ir.symbol import Symbol, SymbolKind
+from primtrace.prims.differentiation import (GUARD, IN_PLACE, NotDifferentiable, P, conj,
+                                             zeros_like)
 from primtrace.prims.meta import PrimContractError, elementwise_strides, is_number, is_tensor
+from primtrace.prims.views import reshaped
 
 INDEX_DTYPES = (torch.int32, torch.int64)
 
@@ -261,3 +264,65 @@ check_indices = Symbol(
 PRIMS = {s.name: s for s in (index_select, gather, take, index, scatter, index_add, index_copy,
                              index_fill, index_put_, check_targets, check_indices)}
 __all__ = list(PRIMS)
+
+
+# --- derivatives -------------------------------------------------------------------------------
+def _index_select_vjp(g, y, a, dim, index):
+    """The selected slices added back at their indices (repeats accumulate)."""
+    if a.ndim == 0:
+        return P.sum(g, tuple(range(g.ndim))), None, None
+    n = index.numel()
+    source = reshaped(g, (*a.shape[:dim], n, *a.shape[dim + 1:]))
+    return P.index_add(zeros_like(a), dim, reshaped(index, (n,)), source, 1), None, None
+
+
+def _take_vjp(g, y, a, index):
+    """Added into a's elements in row-major order (negative indices count from the end)."""
+    n = a.numel()
+    flat_index = reshaped(index, (index.numel(),))
+    flat_index = P.where(P.lt(flat_index, 0), P.add(flat_index, n), flat_index)
+    flat = P.full((n,), 0, dtype=a.dtype, device=a.device)
+    flat = P.scatter(flat, 0, flat_index, reshaped(g, (g.numel(),)), reduce="sum")
+    return reshaped(flat, tuple(a.shape)), None
+
+
+def _index_vjp(g, y, a, indices):
+    """Added into zeros at a[indices] (index_put_ with accumulate, on a new tensor)."""
+    zeros = P.full(tuple(a.shape), 0, dtype=a.dtype, device=a.device)
+    return P.index_put_(zeros, indices, g, True), None
+
+
+def _scatter_vjp(g, y, a, dim, index, src, *, reduce=None, include_self=True):
+    """Overwrites (reduce None) hide a's values at the written positions; sums pass g to
+    both. The other reductions are not written."""
+    if reduce == "sum" and include_self:
+        return g, None, None, P.gather(g, dim, index)
+    if reduce is None:
+        return (P.scatter(g, dim, index, zeros_like(src)), None, None, P.gather(g, dim, index))
+    mark = NotDifferentiable(f"scatter with reduce={reduce!r}: not written")
+    return mark, None, None, mark
+
+
+def _index_add_vjp(g, y, a, dim, index, source, alpha):
+    return g, None, None, P.mul(P.index_select(g, dim, index), conj(alpha)), None
+
+
+def _index_copy_vjp(g, y, a, dim, index, source):
+    return P.index_fill(g, dim, index, 0), None, None, P.index_select(g, dim, index)
+
+
+DERIVATIVES = {
+    "index_select": _index_select_vjp,
+    "gather": lambda g, y, a, dim, index: (
+        P.scatter(zeros_like(a), dim, index, g, reduce="sum"), None, None),
+    "take": _take_vjp,
+    "index": _index_vjp,
+    "scatter": _scatter_vjp,
+    "index_add": _index_add_vjp,
+    "index_copy": _index_copy_vjp,
+    "index_fill": lambda g, y, a, dim, index, value: (P.index_fill(g, dim, index, 0), None,
+                                                      None, None),
+    "index_put_": IN_PLACE,
+    "check_targets": GUARD,
+    "check_indices": GUARD,
+}

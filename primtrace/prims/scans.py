@@ -14,6 +14,7 @@ from primtrace import dtypes
 from primtrace.ir.proxy import TensorSpec
 from primtrace.ir.strides import contiguous_strides
 from primtrace.ir.symbol import Symbol, SymbolKind
+from primtrace.prims.differentiation import INDEX_RESULT, P, conj
 from primtrace.prims.meta import PrimContractError, is_tensor
 
 
@@ -80,3 +81,25 @@ argmin = _prim("argmin", _arg_meta("argmin"),
 
 PRIMS = {s.name: s for s in (cumsum, cumprod, argmax, argmin)}
 __all__ = list(PRIMS)
+
+
+# --- derivatives -------------------------------------------------------------------------------
+def _reverse_cumsum(t, dim):
+    if t.ndim == 0:
+        return t
+    return P.flip(P.cumsum(P.flip(t, (dim,)), dim), (dim,))
+
+
+def _cumprod_vjp(g, y, a, dim):
+    """sum over the later positions of g * y, divided by a: exact where a has no zeros
+    (torch's fast path; its exact O(n^2) path for zeros is not written: a zero gives inf or
+    nan here)."""
+    return P.div(_reverse_cumsum(P.mul(g, conj(y)), dim), conj(a)), None
+
+
+DERIVATIVES = {
+    "cumsum": lambda g, y, a, dim: (_reverse_cumsum(g, dim), None),
+    "cumprod": _cumprod_vjp,
+    "argmax": INDEX_RESULT,
+    "argmin": INDEX_RESULT,
+}

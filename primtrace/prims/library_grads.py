@@ -1,0 +1,97 @@
+"""The backward library prims: what the VJP rules of the library prims (convolution, pooling,
+grouped_mm, svd) call, since no prim form of their derivatives is sensible.
+
+- ``convolution_backward``: torch's own ``aten.convolution_backward`` (input, weight and
+  bias cotangents, as the mask asks), no forward recomputed;
+- ``library_vjp(name, g, args, wrt)``: the cotangents of the library prim `name`'s
+  arguments at positions `wrt`, by torch's autograd over the prim's own torch
+  implementation: it runs that forward again inside torch (one more pool, one more SVD)
+  and then torch's backward kernels (max_pool2d_with_indices_backward, svd_backward...).
+  A dedicated prim per op (saving pooling indices) can replace it where that matters.
+
+Both give contiguous results (the impls copy torch's into that layout where they differ).
+"""
+from __future__ import annotations
+
+import torch
+
+from primtrace.ir.proxy import TensorSpec
+from primtrace.ir.strides import contiguous_strides
+from primtrace.ir.symbol import Symbol, SymbolKind
+from primtrace.ir.tree import tree_flatten
+from primtrace.prims.differentiation import NotDifferentiable
+from primtrace.prims.meta import PrimContractError, is_tensor
+
+
+def _like(t) -> TensorSpec:
+    shape = tuple(t.shape)
+    return TensorSpec(shape, t.dtype, t.device, contiguous_strides(shape))
+
+
+def _conv_backward_meta(g, input, weight, bias_shape, stride, padding, dilation, transposed,
+                        output_padding, groups, output_mask):
+    if not (is_tensor(g) and is_tensor(input) and is_tensor(weight)) or len(output_mask) != 3:
+        raise PrimContractError("prims.convolution_backward: tensors g, input, weight and a "
+                                "mask of three bools")
+    bias = None
+    if output_mask[2]:
+        bias = TensorSpec(tuple(bias_shape), g.dtype, g.device, contiguous_strides(bias_shape))
+    return (_like(input) if output_mask[0] else None, _like(weight) if output_mask[1] else None,
+            bias)
+
+
+def _conv_backward_impl(g, input, weight, bias_shape, stride, padding, dilation, transposed,
+                        output_padding, groups, output_mask):
+    batched = input.ndim == weight.ndim
+    if not batched:   # conv<n>d's unbatched input, as the forward prim takes it
+        g, input = g.unsqueeze(0), input.unsqueeze(0)
+    grads = torch.ops.aten.convolution_backward(
+        g, input, weight, list(bias_shape) if output_mask[2] else None, list(stride),
+        list(padding), list(dilation), transposed, list(output_padding), groups,
+        list(output_mask))
+    grad_input, grad_weight, grad_bias = (t.contiguous() if t is not None else None
+                                          for t in grads)
+    if grad_input is not None and not batched:
+        grad_input = grad_input.squeeze(0)
+    return grad_input, grad_weight, grad_bias
+
+
+convolution_backward = Symbol(
+    "convolution_backward", kind=SymbolKind.PRIM, meta=_conv_backward_meta,
+    impl=_conv_backward_impl, tags=frozenset({"library"}), module="prims",
+    doc="The cotangents of prims.convolution's input, weight and bias (as output_mask asks; "
+        "None for the others) for the cotangent g of its result: aten.convolution_backward.")
+
+
+def _library_vjp_meta(name, g, args, wrt):
+    if type(name) is not str or not isinstance(args, tuple) or not all(
+            type(i) is int and is_tensor(args[i]) for i in wrt):
+        raise PrimContractError("prims.library_vjp: a prim name, its argument tuple and the "
+                                "positions of tensor arguments")
+    return tuple(_like(args[i]) for i in wrt)
+
+
+def _library_vjp_impl(name, g, args, wrt):
+    from primtrace.prims import ALL_PRIMS   # the forward prim, by name (a string in the trace)
+    with torch.enable_grad():
+        args = tuple(a.detach().requires_grad_(True) if i in wrt else a
+                     for i, a in enumerate(args))
+        out = ALL_PRIMS[name].impl(*args)
+        pairs = [(o, c) for o, c in zip(tree_flatten(out), tree_flatten(g)) if c is not None]
+        grads = torch.autograd.grad([o for o, _ in pairs], [args[i] for i in wrt],
+                                    [c for _, c in pairs], allow_unused=True)
+    return tuple(torch.zeros_like(args[i], memory_format=torch.contiguous_format)
+                 if grad is None else grad.contiguous() for i, grad in zip(wrt, grads))
+
+
+library_vjp = Symbol(
+    "library_vjp", kind=SymbolKind.PRIM, meta=_library_vjp_meta, impl=_library_vjp_impl,
+    tags=frozenset({"library"}), module="prims",
+    doc="The cotangents of the library prim `name`'s arguments at positions `wrt`, for the "
+        "cotangent g of its result (a tuple for several results, None for none): torch's "
+        "autograd over the prim's torch implementation, run again.")
+
+PRIMS = {s.name: s for s in (convolution_backward, library_vjp)}
+DERIVATIVES = dict.fromkeys(PRIMS, NotDifferentiable(
+    "a backward prim: differentiating it again (double backward) is not written"))
+__all__ = list(PRIMS)
