@@ -23,7 +23,6 @@ only ``prims.meta``, with no import cycle.
 from __future__ import annotations
 
 import importlib
-import numbers
 
 import torch
 
@@ -73,7 +72,7 @@ def is_complex(x) -> bool:
     return isinstance(x, complex)
 
 
-def conj(x):
+def conjugated(x):
     """conj(x) for complex tensors and numbers; x itself for real ones."""
     if not is_complex(x):
         return x
@@ -82,7 +81,7 @@ def conj(x):
 
 def times_conj(g, d):
     """The chain rule under torch's convention: g * conj(d)."""
-    return P.mul(g, conj(d))
+    return P.mul(g, conjugated(d))
 
 
 def zeros_like(a):
@@ -144,9 +143,9 @@ def elementwise_rule(entry, arity: int):
 # --- applying a rule ---------------------------------------------------------------------------
 def vjp(symbol, g, y, args, kwargs):
     """The cotangents of `symbol`'s positional arguments for the cotangent `g` of its result
-    `y`: its rule's, with the conventions every rule shares applied here once. Numbers get
-    None; an elementwise prim's 0-dim operand, which acts as a scalar against dimensioned
-    ones, gets its cotangent summed over every dim."""
+    `y`: its rule's, with the conventions every rule shares applied here once. Numbers and
+    integer tensors get None; a 0-dim operand, which elementwise prims take as a scalar
+    against dimensioned ones, gets its cotangent summed over every dim."""
     from primtrace.prims import VJP_RULES
     rule = VJP_RULES[symbol.name]
     if isinstance(rule, NotDifferentiable):
@@ -155,18 +154,17 @@ def vjp(symbol, g, y, args, kwargs):
     if len(grads) != len(args):
         raise AssertionError(f"the VJP rule of prims.{symbol.name} returned {len(grads)} "
                              f"cotangents for {len(args)} arguments")
-    scalar_operands = "elementwise" in symbol.tags
-    return tuple(_settle(grad, arg, scalar_operands) for grad, arg in zip(grads, args))
+    return tuple(_settle(grad, arg) for grad, arg in zip(grads, args))
 
 
-def _settle(grad, arg, scalar_operands):
+def _settle(grad, arg):
     if isinstance(arg, (list, tuple)) and isinstance(grad, (list, tuple)):
-        return type(grad)(_settle(gr, a, False) for gr, a in zip(grad, arg))
+        return type(grad)(_settle(gr, a) for gr, a in zip(grad, arg))
     if grad is None or isinstance(grad, NotDifferentiable):
         return grad
-    if not is_tensor(arg) or isinstance(arg, numbers.Number):
+    if not is_tensor(arg) or not (arg.dtype.is_floating_point or arg.dtype.is_complex):
         return None
-    if scalar_operands and arg.ndim == 0 and grad.ndim > 0:
+    if arg.ndim == 0 and grad.ndim > 0:
         grad = P.sum(grad, tuple(range(grad.ndim)))
     return grad
 

@@ -13,8 +13,9 @@ import torch
 
 from primtrace.dtypes import Category
 from primtrace.prims.differentiation import (BOOL_RESULT, INTEGER_ONLY, NO_TORCH_DERIVATIVE, P,
-                                             VJP, ZERO, as_tensor_like, conj, elementwise_rule,
-                                             is_tensor, times_conj, to_complex, zeros_like)
+                                             VJP, ZERO, as_tensor_like, conjugated,
+                                             elementwise_rule, is_tensor, times_conj, to_complex,
+                                             zeros_like)
 from primtrace.ir.symbol import Symbol, SymbolKind
 from primtrace.prims.meta import elementwise_meta
 
@@ -96,8 +97,8 @@ def _sgn_vjp(g, y, a):
 
 
 def _div_vjp(g, y, a, b):
-    return (P.div(g, conj(b)) if is_tensor(a) else None,
-            P.neg(P.div(P.mul(g, conj(y)), conj(b))) if is_tensor(b) else None)
+    return (P.div(g, conjugated(b)) if is_tensor(a) else None,
+            P.neg(P.div(P.mul(g, conjugated(y)), conjugated(b))) if is_tensor(b) else None)
 
 
 def _pow_vjp(g, y, a, b):
@@ -120,6 +121,7 @@ def _pow_vjp(g, y, a, b):
 def _extremum_vjp(wins):
     """maximum/minimum as torch.maximum differentiates: a tie splits g in halves."""
     def rule(g, y, a, b):
+        a, b = _t(a, g), _t(b, g)
         tie = P.eq(a, b)
         half = P.mul(g, 0.5)
         return (P.where(tie, half, P.where(getattr(P, wins)(a, b), g, 0)),

@@ -15,7 +15,7 @@ import torch
 from primtrace.ir.proxy import TensorSpec
 from primtrace.ir.strides import contiguous_strides, dense_strides
 from primtrace.ir.symbol import Symbol, SymbolKind
-from primtrace.prims.differentiation import (GUARD, IN_PLACE, NotDifferentiable, P, conj,
+from primtrace.prims.differentiation import (GUARD, IN_PLACE, NotDifferentiable, P, conjugated,
                                              zeros_like)
 from primtrace.prims.meta import PrimContractError, elementwise_strides, is_number, is_tensor
 from primtrace.prims.views import reshaped
@@ -304,7 +304,7 @@ def _scatter_vjp(g, y, a, dim, index, src, *, reduce=None, include_self=True):
 
 
 def _index_add_vjp(g, y, a, dim, index, source, alpha):
-    return g, None, None, P.mul(P.index_select(g, dim, index), conj(alpha)), None
+    return g, None, None, P.mul(P.index_select(g, dim, index), conjugated(alpha)), None
 
 
 def _index_copy_vjp(g, y, a, dim, index, source):

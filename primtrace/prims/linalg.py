@@ -14,7 +14,7 @@ from primtrace import dtypes
 from primtrace.ir.proxy import TensorSpec
 from primtrace.ir.strides import contiguous_strides
 from primtrace.ir.symbol import Symbol, SymbolKind
-from primtrace.prims.differentiation import P, conj
+from primtrace.prims.differentiation import P, conjugated
 from primtrace.prims.meta import PrimContractError, is_tensor
 from primtrace.prims.views import sum_to
 
@@ -104,8 +104,8 @@ def _matmul_vjp(g, y, a, b):
     b2 = b if b.ndim > 1 else P.unsqueeze(b, 1)
     g2 = g if a.ndim > 1 else P.unsqueeze(g, max(g.ndim - (b.ndim > 1), 0))
     g2 = g2 if b.ndim > 1 else P.unsqueeze(g2, g2.ndim)
-    grad_a = sum_to(P.matmul(g2, conj(_matrix_transpose(b2))), tuple(a2.shape))
-    grad_b = sum_to(P.matmul(conj(_matrix_transpose(a2)), g2), tuple(b2.shape))
+    grad_a = sum_to(P.matmul(g2, conjugated(_matrix_transpose(b2))), tuple(a2.shape))
+    grad_b = sum_to(P.matmul(conjugated(_matrix_transpose(a2)), g2), tuple(b2.shape))
     if a.ndim == 1:
         grad_a = P.squeeze(grad_a, (0,))
     if b.ndim == 1:

@@ -18,7 +18,7 @@ from primtrace.dtypes import Category
 from primtrace.ir.proxy import TensorSpec
 from primtrace.ir.strides import contiguous_strides
 from primtrace.ir.symbol import Symbol, SymbolKind
-from primtrace.prims.differentiation import P, conj, to_complex, zeros_like
+from primtrace.prims.differentiation import P, conjugated, to_complex, zeros_like
 from primtrace.prims.meta import PrimContractError, is_number, is_tensor
 
 B, I, F, C = Category.BOOL, Category.INTEGER, Category.FLOATING, Category.COMPLEX
@@ -176,7 +176,7 @@ def _prod_vjp(g, y, a, dims):
         grad_inner = zeros_like(inner)
     else:
         grad_inner = P.mul(restore_dims(g, inner, (dim,)),
-                           conj(_products_of_others(inner, dim)))
+                           conjugated(_products_of_others(inner, dim)))
     if len(dims) == 1:
         return grad_inner, None
     return _prod_vjp(grad_inner, inner, a, dims[:-1])[0], None

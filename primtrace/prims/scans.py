@@ -14,7 +14,7 @@ from primtrace import dtypes
 from primtrace.ir.proxy import TensorSpec
 from primtrace.ir.strides import contiguous_strides
 from primtrace.ir.symbol import Symbol, SymbolKind
-from primtrace.prims.differentiation import INDEX_RESULT, P, conj
+from primtrace.prims.differentiation import INDEX_RESULT, P, conjugated
 from primtrace.prims.meta import PrimContractError, is_tensor
 
 
@@ -94,7 +94,7 @@ def _cumprod_vjp(g, y, a, dim):
     """sum over the later positions of g * y, divided by a: exact where a has no zeros
     (torch's fast path; its exact O(n^2) path for zeros is not written: a zero gives inf or
     nan here)."""
-    return P.div(_reverse_cumsum(P.mul(g, conj(y)), dim), conj(a)), None
+    return P.div(_reverse_cumsum(P.mul(g, conjugated(y)), dim), conjugated(a)), None
 
 
 DERIVATIVES = {

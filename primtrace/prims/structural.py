@@ -220,7 +220,7 @@ def _convert_vjp(g, y, a, dtype):
     """The cotangent converted back; complex -> real drops the imaginary part as torch does."""
     if g.dtype.is_complex and not a.dtype.is_complex:
         g = P.real(g)
-    return (P.convert_element_type(g, a.dtype),)
+    return P.convert_element_type(g, a.dtype), None
 
 
 def _broadcast_vjp(g, y, a, shape, broadcast_dimensions):
