@@ -49,6 +49,9 @@ INDEX_RESULT = NotDifferentiable("its result is an int64 index")
 NO_TORCH_DERIVATIVE = NotDifferentiable("torch has no derivative for it either")
 IN_PLACE = NotDifferentiable(
     "an in-place write: differentiate the trace after a functionalization pass (not written)")
+WRITES_THROUGH_VIEWS = NotDifferentiable(
+    "no local rule: its cotangent goes to the write through the chain of views from `a` to "
+    "the written tensor, which primtrace.autodiff.writes finds in the trace")
 
 
 class _Prims:

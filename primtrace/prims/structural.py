@@ -232,8 +232,10 @@ def _broadcast_vjp(g, y, a, shape, broadcast_dimensions):
     if not summed:
         return (g, None, None)
     total = P.sum(g, summed)
-    remaining = [kept[d] for d in range(len(shape)) if d not in summed]
-    return (P.broadcast_in_dim(total, tuple(a.shape), tuple(remaining)), None, None)
+    remaining = tuple(kept[d] for d in range(len(shape)) if d not in summed)
+    if len(remaining) == a.ndim:
+        return total, None, None
+    return P.broadcast_in_dim(total, tuple(a.shape), remaining), None, None
 
 
 def _where_vjp(g, y, pred, a, b):
@@ -251,6 +253,9 @@ DERIVATIVES = {
     "polygamma": lambda g, y, a, n: (P.mul(g, P.polygamma(a, n + 1)), None),
     "complex": _complex_vjp,
     "full": CREATION, "iota": CREATION, "full_like": CREATION, "full_strided": CREATION,
-    "copy_to": IN_PLACE, "resize": IN_PLACE,
+    # copy_to's result is the written tensor, whose values are src's (dst's are overwritten);
+    # a later read of the memory dst views goes through prims.aliased (views.py)
+    "copy_to": lambda g, y, dst, src: (None, g),
+    "resize": IN_PLACE,
     "item": NotDifferentiable("its result is a Python number, read when the trace runs"),
 }

@@ -31,7 +31,8 @@ import torch
 from primtrace.ir.proxy import TensorSpec
 from primtrace.ir.strides import contiguous_strides, dense_strides
 from primtrace.ir.symbol import Symbol, SymbolKind
-from primtrace.prims.differentiation import IN_PLACE, NotDifferentiable, P, zeros_like
+from primtrace.prims.differentiation import (WRITES_THROUGH_VIEWS, NotDifferentiable, P,
+                                             zeros_like)
 from primtrace.prims.meta import PrimContractError, elementwise_strides, is_tensor
 
 #: the dim order of channels_last (4-d) and channels_last_3d (5-d) layouts, outermost first
@@ -391,6 +392,8 @@ def sum_to(t, shape):
         return t
     total = P.sum(t, summed)
     kept = tuple(d - lead for d in range(t.ndim) if d not in summed)
+    if len(kept) == len(shape):
+        return total
     return P.broadcast_in_dim(total, tuple(shape), kept)
 
 
@@ -476,7 +479,7 @@ DERIVATIVES = {
     "as_strided": NotDifferentiable(
         "it addresses storage, which a trace does not know (torch's as_strided_backward "
         "works on the base's storage geometry): not written"),
-    "aliased": IN_PLACE,
+    "aliased": WRITES_THROUGH_VIEWS,
     "cat": _cat_vjp,
     "flip": lambda g, y, a, dims: (P.flip(g, dims), None),
     "pad": _pad_vjp,

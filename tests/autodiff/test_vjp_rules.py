@@ -295,7 +295,7 @@ def test_rule(name, args, kwargs):
 def test_every_rule_is_tested():
     """A prim with a rule and no sample here is a rule nobody checked."""
     tested = ({name for name, _, _ in SAMPLES} | set(prims.UNARY) | set(prims.BINARY)
-              | {"libm_pow"})
+              | {"libm_pow", "copy_to"})
     untested = {name for name, rule in prims.VJP_RULES.items()
                 if not isinstance(rule, NotDifferentiable)} - tested
     assert untested == {"grouped_mm"}, untested   # CPU grouped_mm: bfloat16 only
@@ -307,3 +307,14 @@ def test_a_prim_without_rule_or_mark_fails_the_check():
     del rules["sin"]
     with pytest.raises(AssertionError, match="sin"):
         check_derivatives(prims.ALL_PRIMS, rules)
+
+
+def test_copy_to_passes_the_cotangent_to_what_it_writes():
+    """Its result holds src's values (summed back over a 0-dim src broadcast into dst)."""
+    g = rand(3, 4)
+    for src in (rand(3, 4), rand()):
+        dst = torch.zeros(3, 4, dtype=F64)
+        y = prims.copy_to(dst, src)
+        grad_dst, grad_src = vjp(prims.copy_to, g, y, (dst, src), {})
+        assert grad_dst is None
+        torch.testing.assert_close(grad_src, g if src.ndim else g.sum())

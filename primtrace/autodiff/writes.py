@@ -1,0 +1,61 @@
+"""Pulling a cotangent back through ``prims.aliased(a, write)``: `a`'s memory after `write`
+(a copy_to into `a` or into a chain of views of `a`: how refs build pad, repeat, a copy in a
+memory format, a scatter into a clone).
+
+Functionally the result is `a` with the region the views select replaced by the written
+values. So the write gets the cotangent's values in that region (the same chain of views,
+replayed on the cotangent), and `a`, if it needs one, gets the cotangent with that region
+zeroed. Both are computed on fresh copies of the cotangent laid out as `a` (the views were
+computed for a's strides, and the zeroing writes in place), which nothing else reads.
+"""
+from __future__ import annotations
+
+from primtrace import prims
+from primtrace.ir.proxy import Proxy
+from primtrace.ir.trace import Node
+from primtrace.prims.differentiation import NotDifferentiableError
+
+
+def view_chain(base: Proxy, target: Proxy, producer: dict) -> list[Node]:
+    """The view nodes leading from `base` to `target`, first first."""
+    chain = []
+    while target.name != base.name:
+        node = producer.get(target.name)
+        if node is None or "view" not in node.symbol.tags or not node.args:
+            raise NotDifferentiableError(
+                f"prims.aliased: {target.name} is not a chain of views of {base.name}")
+        chain.append(node)
+        target = node.args[0]
+    return chain[::-1]
+
+
+def _replay(chain: list[Node], t):
+    for node in chain:
+        t = node.symbol(t, *node.args[1:], **node.kwargs)
+    return t
+
+
+def _laid_out_as(g, a):
+    """A new tensor with g's values and a's strides."""
+    new = prims.full_strided(tuple(a.shape), tuple(a.stride()), 0, dtype=g.dtype, device=g.device)
+    return prims.copy_to(new, g)
+
+
+def aliased_vjp(node: Node, g, producer: dict, wants_base: bool):
+    """(cotangent of `a`, or None unless `wants_base`; cotangent of the write's result)."""
+    a, write = node.args
+    writer = producer.get(write.name)
+    if writer is None or writer.symbol.name != "copy_to":
+        raise NotDifferentiableError(f"prims.aliased: {write.name} is not written by "
+                                     f"prims.copy_to (in-place prims other than copy_to are "
+                                     f"not differentiated)")
+    chain = view_chain(a, writer.args[0], producer)
+    source = g if tuple(g.stride()) == tuple(a.stride()) else _laid_out_as(g, a)
+    grad_write = _replay(chain, source)
+    grad_base = None
+    if wants_base:
+        cleared = _laid_out_as(g, a)
+        region = _replay(chain, cleared)
+        grad_base = prims.aliased(cleared, prims.copy_to(region, prims.full_like(
+            region, 0, dtype=region.dtype)))
+    return grad_base, grad_write
