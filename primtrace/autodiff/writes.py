@@ -1,6 +1,6 @@
 """Pulling a cotangent back through ``prims.aliased(a, write)``: `a`'s memory after `write`
-(a copy_to into `a` or into a chain of views of `a`: how refs build pad, repeat, a copy in a
-memory format, a scatter into a clone).
+(a copy_to or index_put_ into a chain of views of `a`: how refs build pad, repeat, a copy in
+a memory format, a setitem into a clone).
 
 Functionally the result is `a` with the region the views select replaced by the written
 values. So the write gets the cotangent's values in that region (the same chain of views,
@@ -14,6 +14,10 @@ from primtrace import prims
 from primtrace.ir.proxy import Proxy
 from primtrace.ir.trace import Node
 from primtrace.prims.differentiation import NotDifferentiableError
+from primtrace.prims.views import copied
+
+#: the in-place prims whose result is the tensor they write (their first argument), whole
+WRITERS = frozenset({"copy_to", "index_put_"})
 
 
 def view_chain(base: Proxy, target: Proxy, producer: dict) -> list[Node]:
@@ -35,26 +39,19 @@ def _replay(chain: list[Node], t):
     return t
 
 
-def _laid_out_as(g, a):
-    """A new tensor with g's values and a's strides."""
-    new = prims.full_strided(tuple(a.shape), tuple(a.stride()), 0, dtype=g.dtype, device=g.device)
-    return prims.copy_to(new, g)
-
-
 def aliased_vjp(node: Node, g, producer: dict, wants_base: bool):
     """(cotangent of `a`, or None unless `wants_base`; cotangent of the write's result)."""
     a, write = node.args
     writer = producer.get(write.name)
-    if writer is None or writer.symbol.name != "copy_to":
-        raise NotDifferentiableError(f"prims.aliased: {write.name} is not written by "
-                                     f"prims.copy_to (in-place prims other than copy_to are "
-                                     f"not differentiated)")
+    if writer is None or writer.symbol.name not in WRITERS:
+        raise NotDifferentiableError(f"prims.aliased: {write.name} is not written by one of "
+                                     f"{sorted(WRITERS)} (the in-place prims differentiated)")
     chain = view_chain(a, writer.args[0], producer)
-    source = g if tuple(g.stride()) == tuple(a.stride()) else _laid_out_as(g, a)
+    source = g if tuple(g.stride()) == tuple(a.stride()) else copied(g, a.stride())
     grad_write = _replay(chain, source)
     grad_base = None
     if wants_base:
-        cleared = _laid_out_as(g, a)
+        cleared = copied(g, a.stride())
         region = _replay(chain, cleared)
         grad_base = prims.aliased(cleared, prims.copy_to(region, prims.full_like(
             region, 0, dtype=region.dtype)))

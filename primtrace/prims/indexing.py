@@ -15,10 +15,9 @@ import torch
 from primtrace.ir.proxy import TensorSpec
 from primtrace.ir.strides import contiguous_strides, dense_strides
 from primtrace.ir.symbol import Symbol, SymbolKind
-from primtrace.prims.differentiation import (GUARD, IN_PLACE, NotDifferentiable, P, conjugated,
-                                             zeros_like)
+from primtrace.prims.differentiation import GUARD, NotDifferentiable, P, conjugated, zeros_like
 from primtrace.prims.meta import PrimContractError, elementwise_strides, is_number, is_tensor
-from primtrace.prims.views import reshaped
+from primtrace.prims.views import copied, reshaped, sum_to
 
 INDEX_DTYPES = (torch.int32, torch.int64)
 
@@ -292,6 +291,16 @@ def _index_vjp(g, y, a, indices):
     return P.index_put_(zeros, indices, g, True), None
 
 
+def _index_put_vjp(g, y, a, indices, values, accumulate=False):
+    """The result is `a` with `values` (broadcast) written, or added, at a[indices]: `values`
+    gets g there; `a` gets g, zeroed there unless added to."""
+    grad_values = sum_to(P.index(g, indices), tuple(values.shape))
+    if accumulate:
+        return g, None, grad_values, None
+    zero = P.full((), 0, dtype=g.dtype, device=g.device)
+    return P.index_put_(copied(g), indices, zero, False), None, grad_values, None
+
+
 def _scatter_vjp(g, y, a, dim, index, src, *, reduce=None, include_self=True):
     """Overwrites (reduce None) hide a's values at the written positions; sums pass g to
     both. The other reductions are not written."""
@@ -322,7 +331,7 @@ DERIVATIVES = {
     "index_copy": _index_copy_vjp,
     "index_fill": lambda g, y, a, dim, index, value: (P.index_fill(g, dim, index, 0), None,
                                                       None, None),
-    "index_put_": IN_PLACE,
+    "index_put_": _index_put_vjp,
     "check_targets": GUARD,
     "check_indices": GUARD,
 }

@@ -367,13 +367,17 @@ pad = _prim("pad", _pad_meta, _pad_impl,
 
 
 # --- derivatives -------------------------------------------------------------------------------
-def contiguous(t):
-    """`t` laid out row-major: itself, or a copy (a new tensor written whole)."""
-    if tuple(t.stride()) == contiguous_strides(t.shape):
-        return t
-    new = P.full_strided(tuple(t.shape), contiguous_strides(t.shape), 0, dtype=t.dtype,
-                         device=t.device)
+def copied(t, strides=None):
+    """A new tensor holding t's values, row-major or with the given dense strides (a new
+    tensor written whole, which a rule may then write into)."""
+    strides = contiguous_strides(t.shape) if strides is None else tuple(strides)
+    new = P.full_strided(tuple(t.shape), strides, 0, dtype=t.dtype, device=t.device)
     return P.copy_to(new, t)
+
+
+def contiguous(t):
+    """`t` laid out row-major: itself, or a copy."""
+    return t if tuple(t.stride()) == contiguous_strides(t.shape) else copied(t)
 
 
 def reshaped(t, shape):

@@ -166,8 +166,18 @@ def _refs():
         ("mse_nll", lambda x, y, i: F.mse_loss(x, y) + F.nll_loss(F.log_softmax(x, 1), i[:3]),
          (r(3, 4), r(3, 4), index)),
         ("silu_gelu_tanh", lambda x: F.gelu(F.silu(x), approximate="tanh"), (r(3, 4),)),
+        ("setitem", _setitem, (r(4, 3), index[:2])),
         ("group_norm", lambda x, w, b: F.group_norm(x, 2, w, b), (r(2, 4, 3), r(4), r(4))),
     ]
+
+
+def _setitem(x, i):
+    y = x.clone()
+    y[i] = 0.5                       # index_put_ into a clone
+    z = x * 3
+    z[:, 1] = x[:, 2] * 2            # copy_to into a view, then aliased
+    z[i, 1:] += y[i, :2]             # index_put_ into a view
+    return y * 2 + z
 
 
 REFS = _refs()
