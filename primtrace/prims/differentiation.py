@@ -149,8 +149,7 @@ def vjp(symbol, g, y, args, kwargs):
     `y`: its rule's, with the conventions every rule shares applied here once. Numbers and
     integer tensors get None; a 0-dim operand, which elementwise prims take as a scalar
     against dimensioned ones, gets its cotangent summed over every dim."""
-    from primtrace.prims import VJP_RULES
-    rule = VJP_RULES[symbol.name]
+    rule = P.VJP_RULES[symbol.name]
     if isinstance(rule, NotDifferentiable):
         raise NotDifferentiableError(f"prims.{symbol.name} is not differentiable: {rule.reason}")
     grads = rule(g, y, *args, **kwargs)

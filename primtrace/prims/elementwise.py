@@ -108,7 +108,7 @@ def _pow_vjp(g, y, a, b):
     if is_tensor(a):
         d = P.mul(b, P.pow(a, P.sub(b, 1) if is_tensor(b) else b - 1))
         grad_a = times_conj(g, d)
-        if is_tensor(b) or b == 0:
+        if not isinstance(b, (int, float)) or b == 0:   # a tensor, a traced number, or 0
             grad_a = P.where(P.eq(_t(b, a), 0), 0, grad_a)
     if is_tensor(b):
         a_ = _t(a, b)

@@ -183,6 +183,16 @@ def _setitem(x, i):
 REFS = _refs()
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("name,fn,args", REFS, ids=[name for name, _, _ in REFS])
-def test_ref_gradients_match_eager(name, fn, args):
-    check_against_eager(fn, *args)
+def test_ref_gradients_match_eager(name, fn, args, dtype):
+    check_against_eager(fn, *[a.to(dtype) if _floating(a) else a for a in args])
+
+
+def test_runtime_numbers_are_read_by_the_backward_not_specialized():
+    def f(x, s):
+        return (x.abs() + 1) ** s * s
+    forward = primtrace.trace(f, stage="prims")(torch.randn(3), 1.5)
+    bw = backward_trace(forward)
+    assert [p.name for p in bw.saved][0] == "s" and not forward.inputs[1].specialized
+    check_against_eager(f, torch.randn(3, dtype=torch.float64), 1.5)
