@@ -9,7 +9,9 @@ needs is dropped.
 
 The backward trace reads forward values by their proxies: those are its first inputs
 (``tags["saved"]``, in forward order), then one cotangent per differentiable output
-(``tags["cotangents"]``). :func:`forward_with_saved` gives the forward trace that also
+(``tags["cotangents"]``). An opaque torch call on the way (an op without a ref) is
+differentiated by torch's autograd over the call, run again (``prims.library_vjp``).
+:func:`forward_with_saved` gives the forward trace that also
 returns them. Which values to save and which to recompute (a min-cut), and the
 torch.autograd.Function glue, are left to the caller.
 """
@@ -113,9 +115,8 @@ def _pull_back(node: Node, active: set, cotangent: dict, producer: dict) -> None
     g = tuple(gs) if isinstance(outs, (tuple, list)) else gs[0]
     try:
         if node.symbol.kind is not SymbolKind.PRIM:
-            raise NotDifferentiableError(f"{node.symbol.qualname} is an opaque torch call "
-                                         f"(primtrace has no ref for it): no VJP rule")
-        if node.symbol.name == "aliased":
+            grads = _opaque_vjp(node, g, active)
+        elif node.symbol.name == "aliased":
             grads = aliased_vjp(node, g, producer, wants_base=node.args[0].name in active)
         else:
             grads = vjp(node.symbol, g, outs, node.args, node.kwargs)
@@ -131,6 +132,18 @@ def _pull_back(node: Node, active: set, cotangent: dict, producer: dict) -> None
                                              f"{a.name}: {gr.reason} (in {_where(node)})")
             if gr is not None:
                 _accumulate(cotangent, a, gr)
+
+
+def _opaque_vjp(node: Node, g, active: set) -> tuple:
+    """An opaque torch call (no ref, so no prims and no rule): torch's autograd over the call,
+    run again by prims.library_vjp, for its positional tensor arguments."""
+    if "inplace" in node.symbol.tags or any(
+            isinstance(p, Proxy) and p.name in active for p in proxies_in(node.kwargs)):
+        raise NotDifferentiableError(f"{node.symbol.qualname}: an opaque call that writes in "
+                                     f"place, or takes a differentiated keyword argument")
+    wrt = tuple(i for i, a in enumerate(node.args) if isinstance(a, Proxy) and a.name in active)
+    grads = dict(zip(wrt, prims.library_vjp(node.symbol, g, tuple(node.args), wrt, node.kwargs)))
+    return tuple(grads.get(i) for i in range(len(node.args)))
 
 
 def _accumulate(cotangent: dict, p: Proxy, grad) -> None:

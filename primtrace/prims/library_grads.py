@@ -3,11 +3,12 @@ grouped_mm, svd) call, since no prim form of their derivatives is sensible.
 
 - ``convolution_backward``: torch's own ``aten.convolution_backward`` (input, weight and
   bias cotangents, as the mask asks), no forward recomputed;
-- ``library_vjp(name, g, args, wrt)``: the cotangents of the library prim `name`'s
-  arguments at positions `wrt`, by torch's autograd over the prim's own torch
-  implementation: it runs that forward again inside torch (one more pool, one more SVD)
-  and then torch's backward kernels (max_pool2d_with_indices_backward, svd_backward...).
-  A dedicated prim per op (saving pooling indices) can replace it where that matters.
+- ``library_vjp(op, g, args, wrt, kwargs)``: the cotangents of the arguments at positions
+  `wrt` of the library prim named `op` (or of an opaque torch call, `op` its symbol), by
+  torch's autograd over the op's torch implementation: it runs that forward again inside
+  torch (one more pool, one more SVD) and then torch's backward kernels
+  (max_pool2d_with_indices_backward, svd_backward...). A dedicated prim per op (saving
+  pooling indices) can replace it where that matters.
 
 Both give contiguous results (the impls copy torch's into that layout where they differ).
 """
@@ -63,20 +64,22 @@ convolution_backward = Symbol(
         "None for the others) for the cotangent g of its result: aten.convolution_backward.")
 
 
-def _library_vjp_meta(name, g, args, wrt):
-    if type(name) is not str or not isinstance(args, tuple) or not all(
-            type(i) is int and is_tensor(args[i]) for i in wrt):
-        raise PrimContractError("prims.library_vjp: a prim name, its argument tuple and the "
-                                "positions of tensor arguments")
+def _library_vjp_meta(op, g, args, wrt, kwargs=None):
+    if not (type(op) is str or getattr(op, "impl", None) is not None) or not isinstance(
+            args, tuple) or not all(type(i) is int and is_tensor(args[i]) for i in wrt):
+        raise PrimContractError("prims.library_vjp: a prim name or a symbol, its argument tuple "
+                                "and the positions of tensor arguments")
     return tuple(_like(args[i]) for i in wrt)
 
 
-def _library_vjp_impl(name, g, args, wrt):
-    from primtrace.prims import ALL_PRIMS   # the forward prim, by name (a string in the trace)
+def _library_vjp_impl(op, g, args, wrt, kwargs=None):
+    if type(op) is str:
+        from primtrace.prims import ALL_PRIMS   # the forward prim, by name
+        op = ALL_PRIMS[op]
     with torch.enable_grad():
         args = tuple(a.detach().requires_grad_(True) if i in wrt else a
                      for i, a in enumerate(args))
-        out = ALL_PRIMS[name].impl(*args)
+        out = op.impl(*args, **(kwargs or {}))
         pairs = [(o, c) for o, c in zip(tree_flatten(out), tree_flatten(g)) if c is not None]
         grads = torch.autograd.grad([o for o, _ in pairs], [args[i] for i in wrt],
                                     [c for _, c in pairs], allow_unused=True)
@@ -87,9 +90,9 @@ def _library_vjp_impl(name, g, args, wrt):
 library_vjp = Symbol(
     "library_vjp", kind=SymbolKind.PRIM, meta=_library_vjp_meta, impl=_library_vjp_impl,
     tags=frozenset({"library"}), module="prims",
-    doc="The cotangents of the library prim `name`'s arguments at positions `wrt`, for the "
-        "cotangent g of its result (a tuple for several results, None for none): torch's "
-        "autograd over the prim's torch implementation, run again.")
+    doc="The cotangents of the arguments at positions `wrt` of `op` (a library prim's name, or "
+        "an opaque torch call's symbol) for the cotangent g of its result (a tuple for several "
+        "results, None for none): torch's autograd over op's torch implementation, run again.")
 
 PRIMS = {s.name: s for s in (convolution_backward, library_vjp)}
 DERIVATIVES = dict.fromkeys(PRIMS, NotDifferentiable(

@@ -18,7 +18,11 @@ from primtrace.executors.execution_trace import lower
 from primtrace.executors.trace_to_python import compile_trace
 from primtrace.ir.tree import proxies_in
 
+pytestmark = pytest.mark.filterwarnings("ignore::primtrace.OpaqueOpWarning")   # opaque calls
+
 TOLERANCE = {torch.float64: dict(rtol=1e-9, atol=1e-10), torch.float32: dict(rtol=2e-4, atol=2e-5)}
+TOLERANCE.update({torch.complex128: TOLERANCE[torch.float64],
+                  torch.complex64: TOLERANCE[torch.float32]})
 
 
 def _run(trace):
@@ -110,7 +114,6 @@ def test_program(dtype, index):
     check_against_eager(fn, *args)
 
 
-@pytest.mark.filterwarnings("ignore::primtrace.OpaqueOpWarning")   # detach: an opaque call
 def test_cotangents_of_a_value_read_twice_are_summed_and_dead_branches_dropped():
     def f(x, y, unused):
         dead = torch.exp(x) * unused          # reaches no output
@@ -167,6 +170,14 @@ def _refs():
          (r(3, 4), r(3, 4), index)),
         ("silu_gelu_tanh", lambda x: F.gelu(F.silu(x), approximate="tanh"), (r(3, 4),)),
         ("setitem", _setitem, (r(4, 3), index[:2])),
+        ("sdpa", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+         (r(2, 3, 5, 4), r(2, 3, 5, 4), r(2, 3, 5, 4))),
+        ("complex", lambda z: (z * z.conj()).real + torch.view_as_real(z.exp()).sum(-1),
+         (torch.randn(3, 4, dtype=torch.complex128),)),
+        # opaque calls (no ref): torch's autograd over the call, run again (prims.library_vjp)
+        ("opaque_calls", lambda a, b: torch.einsum("bij,bjk->bik", a, b).sort(1).values
+         + F.binary_cross_entropy_with_logits(a @ b, b.sum(1, keepdim=True).sigmoid().expand(2, 3, 5)),
+         (r(2, 3, 4), r(2, 4, 5))),
         ("group_norm", lambda x, w, b: F.group_norm(x, 2, w, b), (r(2, 4, 3), r(4), r(4))),
     ]
 
@@ -186,7 +197,11 @@ REFS = _refs()
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("name,fn,args", REFS, ids=[name for name, _, _ in REFS])
 def test_ref_gradients_match_eager(name, fn, args, dtype):
-    check_against_eager(fn, *[a.to(dtype) if _floating(a) else a for a in args])
+    def cast(a):
+        if not _floating(a):
+            return a
+        return a.to(dtype if a.dtype.is_floating_point else dtype.to_complex())
+    check_against_eager(fn, *[cast(a) for a in args])
 
 
 def test_runtime_numbers_are_read_by_the_backward_not_specialized():
