@@ -20,7 +20,7 @@ from primtrace.ir.proxy import TensorSpec
 from primtrace.ir.strides import contiguous_strides
 from primtrace.ir.symbol import Symbol, SymbolKind
 from primtrace.ir.tree import tree_flatten
-from primtrace.prims.differentiation import NotDifferentiable
+from primtrace.prims.differentiation import NotDifferentiable, P
 from primtrace.prims.meta import PrimContractError, is_tensor
 
 
@@ -73,9 +73,8 @@ def _library_vjp_meta(op, g, args, wrt, kwargs=None):
 
 
 def _library_vjp_impl(op, g, args, wrt, kwargs=None):
-    if type(op) is str:
-        from primtrace.prims import ALL_PRIMS   # the forward prim, by name
-        op = ALL_PRIMS[op]
+    if type(op) is str:   # the forward prim, by name
+        op = P.ALL_PRIMS[op]
     with torch.enable_grad():
         args = tuple(a.detach().requires_grad_(True) if i in wrt else a
                      for i, a in enumerate(args))

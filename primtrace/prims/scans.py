@@ -91,10 +91,17 @@ def _reverse_cumsum(t, dim):
 
 
 def _cumprod_vjp(g, y, a, dim):
-    """sum over the later positions of g * y, divided by a: exact where a has no zeros
-    (torch's fast path; its exact O(n^2) path for zeros is not written: a zero gives inf or
-    nan here)."""
-    return P.div(_reverse_cumsum(P.mul(g, conjugated(y)), dim), conjugated(a)), None
+    """Exact with zeros. Before the first zero along `dim`, sum over the later positions of
+    g * y, divided by a; at the first zero, the same sum over the running product with that
+    zero read as 1; after it, nothing (every product holds the zero)."""
+    if a.ndim == 0:
+        return g, None
+    zeros_so_far = P.cumsum(P.convert_element_type(P.eq(a, 0), torch.int64), dim)
+    first_zero = P.bitwise_and(P.eq(a, 0), P.eq(zeros_so_far, 1))
+    before = P.div(_reverse_cumsum(P.mul(g, conjugated(y)), dim), conjugated(a))
+    skipping_it = P.cumprod(P.where(first_zero, 1, a), dim)
+    at = _reverse_cumsum(P.mul(g, conjugated(skipping_it)), dim)
+    return P.where(P.eq(zeros_so_far, 0), before, P.where(first_zero, at, 0)), None
 
 
 DERIVATIVES = {

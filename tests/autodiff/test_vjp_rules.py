@@ -217,7 +217,7 @@ def _reductions():
         for correction in (0, 1) if dims else (0,):   # one value's var with correction 1: nan
             yield "var", (x, dims), {"correction": correction}
     zeros = rand(3, 4)
-    zeros[0, 1] = zeros[1, 1] = zeros[2, 0] = 0   # one zero in row 2, two in column 1
+    zeros[0, 1] = zeros[1, 1] = zeros[2, 0] = zeros[2, 2] = 0   # rows with one and two zeros
     yield "prod", (zeros, (1,)), {}
     yield "prod", (zeros, (0,)), {}
     yield "prod", (zeros, (0, 1)), {}
@@ -230,6 +230,9 @@ def _reductions():
     yield "cumsum", (rand(), 0), {}
     yield "cumprod", (rand(3, 4, low=0.5, high=2), 1), {}
     yield "cumprod", (rand(3, 4, low=0.5, high=2, dtype=C128), 0), {}
+    yield "cumprod", (zeros, 1), {}
+    yield "cumprod", (zeros, 0), {}
+    yield "cumprod", (rand(), 0), {}
 
 
 def _views():
