@@ -8,8 +8,9 @@ differentiated input to an output are skipped, and what the rules made but no gr
 needs is dropped.
 
 The backward trace reads forward values by their proxies: those are its first inputs
-(``tags["saved"]``, in forward order), then one cotangent per differentiable output
-(``tags["cotangents"]``). An opaque torch call on the way (an op without a ref) is
+(``tags["saved"]``, in the order it first reads them), then one cotangent per differentiable
+output some gradient depends on (``tags["cotangents"]``; a value returned twice has one,
+which the caller sums). An opaque torch call on the way (an op without a ref) is
 differentiated by torch's autograd over the call, run again (``prims.library_vjp``).
 :func:`forward_with_saved` gives the forward trace that also
 returns them. Which values to save and which to recompute (a min-cut), and the
@@ -20,11 +21,11 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from primtrace import prims
+from primtrace.autodiff.writes import aliased_vjp
+from primtrace.ir.kinds import SymbolKind
 from primtrace.ir.proxy import Proxy, TensorProxy
 from primtrace.ir.trace import Node, Trace, tracing
-from primtrace.ir.kinds import SymbolKind
 from primtrace.ir.tree import proxies_in, tree_flatten
-from primtrace.autodiff.writes import aliased_vjp
 from primtrace.prims.differentiation import NotDifferentiable, NotDifferentiableError, vjp
 
 #: opaque torch calls whose result carries no gradient (a trace keeps them as calls)
@@ -35,7 +36,7 @@ class Backward(NamedTuple):
     """The backward trace and what its inputs and outputs stand for."""
     trace: Trace            # (*saved, *cotangents) -> one gradient (or None) per wrt
     saved: list             # forward proxies the backward reads
-    cotangents: list        # (forward output, its cotangent input proxy), per output
+    cotangents: list        # (forward output, its cotangent input proxy), per distinct output
     wrt: list               # the forward inputs differentiated, in the gradients' order
 
 

@@ -17,8 +17,8 @@ Complex numbers follow torch's convention: the cotangent of z is conj(df/dz) * g
 holomorphic f (conjugate Wirtinger calculus), so ``times_conj`` builds every chain rule.
 
 Rules of a low layer (elementwise) use prims of every layer (where, sum), so they reach
-other prims through :data:`P`, resolved when a rule runs: the prim modules keep importing
-only ``prims.meta``, with no import cycle.
+other prims through :data:`P`, resolved when a rule runs: no prim module imports one above
+it, and there is no import cycle.
 """
 from __future__ import annotations
 
@@ -47,8 +47,6 @@ RANDOM = NotDifferentiable("random draws (their parameters are Python numbers)")
 GUARD = NotDifferentiable("a check with no result")
 INDEX_RESULT = NotDifferentiable("its result is an int64 index")
 NO_TORCH_DERIVATIVE = NotDifferentiable("torch has no derivative for it either")
-IN_PLACE = NotDifferentiable(
-    "an in-place write: differentiate the trace after a functionalization pass (not written)")
 WRITES_THROUGH_VIEWS = NotDifferentiable(
     "no local rule: its cotangent goes to the write through the chain of views from `a` to "
     "the written tensor, which primtrace.autodiff.writes finds in the trace")

@@ -7,7 +7,7 @@ from primtrace import dtypes
 from primtrace.ir.proxy import NumberSpec, TensorSpec, Unknown
 from primtrace.ir.strides import contiguous_strides
 from primtrace.ir.symbol import Symbol, SymbolKind
-from primtrace.prims.differentiation import CREATION, IN_PLACE, NotDifferentiable, P
+from primtrace.prims.differentiation import CREATION, NotDifferentiable, P
 from primtrace.prims.meta import (ANY_CATEGORY, PrimContractError, elementwise_meta,
                                   elementwise_strides, is_number, is_tensor)
 
@@ -256,6 +256,6 @@ DERIVATIVES = {
     # copy_to's result is the written tensor, whose values are src's (dst's are overwritten);
     # a later read of the memory dst views goes through prims.aliased (views.py)
     "copy_to": lambda g, y, dst, src: (None, g),
-    "resize": IN_PLACE,
+    "resize": NotDifferentiable("it resizes an out= tensor, whose values are then undefined"),
     "item": NotDifferentiable("its result is a Python number, read when the trace runs"),
 }
