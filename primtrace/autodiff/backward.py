@@ -60,9 +60,11 @@ def backward_trace(forward: Trace, wrt=None) -> Backward:
             cotangent[out.name] = trace.tensor(out.spec, name=f"g_{out.name}")
             pairs.append((out, cotangent[out.name]))
     producer = {p.name: node for node in nodes for p in node.output_proxies}
+    trace.record_constants = True   # a rule's zeros are made per call, not once: some are written
     with tracing(trace):
         for node in reversed(nodes):
             _pull_back(node, active, cotangent, producer)
+    trace.record_constants = False
     grads = [cotangent.get(p.name) for p in wrt]
     trace.outputs = tuple(grads)
     trace.nodes = _live(trace.nodes, proxies_in(trace.outputs))

@@ -125,6 +125,21 @@ def test_cotangents_of_a_value_read_twice_are_summed_and_dead_branches_dropped()
     assert bw.trace.outputs[1:] == (None, None)   # y is detached; `unused` reaches no output
 
 
+def test_tensors_a_rule_makes_and_writes_into_are_new_on_every_call():
+    """x[i, i]'s cotangent is accumulated into zeros: made by a node, not a constant."""
+    x, i = torch.randn(4, 3, dtype=torch.float64), torch.tensor([0, 2, 2])
+    forward = primtrace.trace(lambda x, i: x[i, i], stage="prims")(x, i)
+    bw = backward_trace(forward)
+    assert "full" in [n.symbol.name for n in bw.trace.nodes]
+    run = _run(bw.trace)
+    g = torch.ones(3, dtype=torch.float64)
+    first, second = run(*[i if p.name == "i" else g for p in bw.trace.inputs])[0], \
+        run(*[i if p.name == "i" else g for p in bw.trace.inputs])[0]
+    assert first is not second
+    torch.testing.assert_close(first, second)
+    assert first[2, 2] == 2 and first.sum() == 3
+
+
 def test_the_backward_is_a_trace_of_prims_the_executors_can_run():
     forward = primtrace.trace(silu_gate, stage="prims")(torch.randn(4, 8), torch.randn(4, 8))
     bw = backward_trace(forward)
