@@ -25,8 +25,8 @@ TOLERANCE.update({torch.complex128: TOLERANCE[torch.float64],
                   torch.complex64: TOLERANCE[torch.float32]})
 
 
-def _run(trace):
-    return compile_trace(lower(trace, [TORCH]))[0]
+def _run(trace, executors=(TORCH,)):
+    return compile_trace(lower(trace, list(executors)))[0]
 
 
 def _floating(x) -> bool:
@@ -138,6 +138,21 @@ def test_tensors_a_rule_makes_and_writes_into_are_new_on_every_call():
     assert first is not second
     torch.testing.assert_close(first, second)
     assert first[2, 2] == 2 and first.sum() == 3
+
+
+def test_the_backward_fuses():
+    """silu(a) * b: the backward's elementwise prims are one Numba kernel."""
+    from primtrace.executors.numba import NumbaFusionExecutor
+    executors = (NumbaFusionExecutor(cost_model=False), TORCH)
+    a, b, g = torch.randn(64, 32), torch.randn(64, 32), torch.randn(64, 32)
+    forward = primtrace.trace(silu_gate, stage="prims")(a, b)
+    bw = backward_trace(forward)
+    _, saved = _run(forward_with_saved(forward, bw.saved), executors)(a, b)
+    execution = lower(bw.trace, list(executors))
+    assert [n.symbol.kind for n in execution.nodes] == ["fused"]
+    leaves = a.clone().requires_grad_(), b.clone().requires_grad_()
+    expected = torch.autograd.grad(silu_gate(*leaves), leaves, g)
+    torch.testing.assert_close(compile_trace(execution)[0](*saved, g), expected)
 
 
 def test_the_backward_is_a_trace_of_prims_the_executors_can_run():
