@@ -96,8 +96,9 @@ def _active(nodes, wrt, outputs) -> set[str]:
     """Names of the values on a path from a differentiated input to an output."""
     reached = {p.name for p in wrt}
     for node in nodes:
-        if node.symbol.name in STOP_GRADIENT and node.symbol.kind is SymbolKind.OPAQUE:
-            continue
+        if node.grad_enabled is False or (node.symbol.name in STOP_GRADIENT
+                                          and node.symbol.kind is SymbolKind.OPAQUE):
+            continue   # recorded under torch.no_grad(), or detach: no gradient flows
         if any(p.name in reached for p in node.inputs):
             reached.update(p.name for p in node.output_proxies if differentiable(p))
     needed = {p.name for p in outputs}

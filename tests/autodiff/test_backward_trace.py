@@ -125,6 +125,14 @@ def test_cotangents_of_a_value_read_twice_are_summed_and_dead_branches_dropped()
     assert bw.trace.outputs[1:] == (None, None)   # y is detached; `unused` reaches no output
 
 
+def test_what_runs_under_no_grad_passes_no_gradient():
+    def f(x, y):
+        with torch.no_grad():
+            scale = (y * y).sum()
+        return x * scale + y
+    check_against_eager(f, torch.randn(3, dtype=torch.float64), torch.randn(3, dtype=torch.float64))
+
+
 def test_tensors_a_rule_makes_and_writes_into_are_new_on_every_call():
     """x[i, i]'s cotangent is accumulated into zeros: made by a node, not a constant."""
     x, i = torch.randn(4, 3, dtype=torch.float64), torch.tensor([0, 2, 2])

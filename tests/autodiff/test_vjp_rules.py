@@ -104,7 +104,8 @@ def check_vjp(name, *args, rtol=1e-6, fixed=(), **kwargs):
         assert tuple(grad.shape) == tuple(t.shape) and grad.dtype == t.dtype, (
             f"{name}: cotangent {grad.dtype}{list(grad.shape)} for {t.dtype}{list(t.shape)}")
         rhs += _inner(u, grad)
-    assert math.isclose(lhs, rhs, rel_tol=rtol, abs_tol=1e-9), f"{name}: <Ju, v> {lhs} != <u, J^T v> {rhs}"
+    assert math.isclose(lhs, rhs, rel_tol=rtol, abs_tol=1e-9), (
+        f"{name}: <Ju, v> {lhs} != <u, J^T v> {rhs}")
 
 
 # --- elementwise ---------------------------------------------------------------------------------
