@@ -4,8 +4,8 @@ The forward nodes are walked in reverse; each node some cotangent reaches has it
 (``primtrace.prims.VJP_RULES``) called on its own proxies while the backward trace records,
 so the backward is a trace of prims like any other (the executors run and fuse it). The
 cotangents of a value read by several nodes are summed; nodes on no path from a
-differentiated input to an output are skipped, and what the rules made but no gradient
-needs is dropped.
+differentiated input to an output are skipped, what the rules made but no gradient needs is
+dropped, and what two rules compute alike is computed once (CSE).
 
 The backward trace reads forward values by their proxies: those are its first inputs
 (``tags["saved"]``, in the order it first reads them), then one cotangent per differentiable
@@ -27,6 +27,7 @@ from primtrace.ir.proxy import Proxy, TensorProxy
 from primtrace.ir.trace import Node, Trace, tracing
 from primtrace.ir.tree import proxies_in, tree_flatten
 from primtrace.prims.differentiation import NotDifferentiable, NotDifferentiableError, vjp
+from primtrace.tracer.passes import cse
 
 #: opaque torch calls whose result carries no gradient (a trace keeps them as calls)
 STOP_GRADIENT = frozenset({"detach"})
@@ -65,9 +66,10 @@ def backward_trace(forward: Trace, wrt=None) -> Backward:
         for node in reversed(nodes):
             _pull_back(node, active, cotangent, producer)
     trace.record_constants = False
-    grads = [cotangent.get(p.name) for p in wrt]
-    trace.outputs = tuple(grads)
+    trace.outputs = tuple(cotangent.get(p.name) for p in wrt)
+    trace = cse(trace)   # rules of neighbouring nodes recompute the same values (-g, 1 - y^2)
     trace.nodes = _live(trace.nodes, proxies_in(trace.outputs))
+    grads = list(trace.outputs)
     made = {p.name for n in trace.nodes for p in n.output_proxies} | {
         g.name for _, g in pairs}
     saved, seen = [], set()
