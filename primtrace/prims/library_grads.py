@@ -65,7 +65,7 @@ convolution_backward = Symbol(
 
 
 def _library_vjp_meta(op, g, args, wrt, kwargs=None):
-    if not (type(op) is str or getattr(op, "impl", None) is not None) or not isinstance(
+    if not (type(op) is str or callable(op)) or not isinstance(
             args, tuple) or not all(type(i) is int and is_tensor(args[i]) for i in wrt):
         raise PrimContractError("prims.library_vjp: a prim name or a symbol, its argument tuple "
                                 "and the positions of tensor arguments")
@@ -75,10 +75,11 @@ def _library_vjp_meta(op, g, args, wrt, kwargs=None):
 def _library_vjp_impl(op, g, args, wrt, kwargs=None):
     if type(op) is str:   # the forward prim, by name
         op = P.ALL_PRIMS[op]
+    run = getattr(op, "impl", op)   # an opaque call's symbol, or the torch function itself
     with torch.enable_grad():
         args = tuple(a.detach().requires_grad_(True) if i in wrt else a
                      for i, a in enumerate(args))
-        out = op.impl(*args, **(kwargs or {}))
+        out = run(*args, **(kwargs or {}))
         pairs = [(o, c) for o, c in zip(tree_flatten(out), tree_flatten(g)) if c is not None]
         grads = torch.autograd.grad([o for o, _ in pairs], [args[i] for i in wrt],
                                     [c for _, c in pairs], allow_unused=True)
@@ -90,7 +91,7 @@ library_vjp = Symbol(
     "library_vjp", kind=SymbolKind.PRIM, meta=_library_vjp_meta, impl=_library_vjp_impl,
     tags=frozenset({"library"}), module="prims",
     doc="The cotangents of the arguments at positions `wrt` of `op` (a library prim's name, or "
-        "an opaque torch call's symbol) for the cotangent g of its result (a tuple for several "
+        "an opaque torch call's symbol or function) for the cotangent g of its result (a tuple for several "
         "results, None for none): torch's autograd over op's torch implementation, run again.")
 
 PRIMS = {s.name: s for s in (convolution_backward, library_vjp)}

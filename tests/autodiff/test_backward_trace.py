@@ -163,6 +163,14 @@ def test_the_backward_fuses():
     torch.testing.assert_close(compile_trace(execution)[0](*saved, g), expected)
 
 
+def test_an_opaque_call_goes_through_torch_and_prints_as_python():
+    def f(a, b):
+        return torch.einsum("ij,jk->ik", a, b)
+    bw = check_against_eager(f, torch.randn(2, 3, dtype=torch.float64),
+                             torch.randn(3, 4, dtype=torch.float64))
+    assert "prims.library_vjp(torch.einsum, g_" in str(bw.trace)
+
+
 def test_the_backward_is_a_trace_of_prims_the_executors_can_run():
     forward = primtrace.trace(silu_gate, stage="prims")(torch.randn(4, 8), torch.randn(4, 8))
     bw = backward_trace(forward)
