@@ -98,9 +98,8 @@ def _active(nodes, wrt, outputs) -> set[str]:
     """Names of the values on a path from a differentiated input to an output."""
     reached = {p.name for p in wrt}
     for node in nodes:
-        if node.grad_enabled is False or (node.symbol.name in STOP_GRADIENT
-                                          and node.symbol.kind is SymbolKind.OPAQUE):
-            continue   # recorded under torch.no_grad(), or detach: no gradient flows
+        if stops_gradient(node):
+            continue
         if any(p.name in reached for p in node.inputs):
             reached.update(p.name for p in node.output_proxies if differentiable(p))
     needed = {p.name for p in outputs}
@@ -108,6 +107,17 @@ def _active(nodes, wrt, outputs) -> set[str]:
         if any(p.name in needed for p in node.output_proxies):
             needed.update(p.name for p in node.inputs)
     return reached & needed
+
+
+def stops_gradient(node: Node) -> bool:
+    """No gradient flows through `node`, as in eager: it ran under torch.no_grad(), it is a
+    detach, or its prim's mark says its result is not differentiable (bool, a new tensor)."""
+    if node.grad_enabled is False:
+        return True
+    if node.symbol.kind is SymbolKind.OPAQUE:
+        return node.symbol.name in STOP_GRADIENT
+    rule = prims.VJP_RULES.get(node.symbol.name)
+    return isinstance(rule, NotDifferentiable) and rule.stops
 
 
 def _pull_back(node: Node, active: set, cotangent: dict, producer: dict) -> None:
@@ -132,6 +142,8 @@ def _pull_back(node: Node, active: set, cotangent: dict, producer: dict) -> None
         listed = isinstance(arg, (list, tuple)) and isinstance(grad, (list, tuple))
         for a, gr in zip(arg, grad) if listed else [(arg, grad)]:   # cat's list of tensors
             if not (isinstance(a, Proxy) and a.name in active):
+                continue
+            if isinstance(gr, NotDifferentiable) and gr.stops:
                 continue
             if isinstance(gr, NotDifferentiable):
                 raise NotDifferentiableError(f"prims.{node.symbol.name} does not differentiate "

@@ -28,25 +28,30 @@ import torch
 
 
 class NotDifferentiable:
-    """The mark of a prim (or one argument) that has no derivative: no cotangent flows
-    through it. `reason` says why (bool result, integer-only, random, ...)."""
-    __slots__ = ("reason",)
+    """The mark of a prim (or one argument) without a derivative. `reason` says why. A mark
+    that `stops` is eager's non-differentiable output: no gradient flows through it and none
+    is asked (a bool result, a new tensor, torch's declared non-differentiable functions);
+    any other raises NotDifferentiableError when a gradient must flow through it (eager
+    raises there too, or primtrace has not written the rule)."""
+    __slots__ = ("reason", "stops")
 
-    def __init__(self, reason: str):
-        self.reason = reason
+    def __init__(self, reason: str, stops: bool = False):
+        self.reason, self.stops = reason, stops
 
     def __repr__(self):
-        return f"NotDifferentiable({self.reason!r})"
+        return f"NotDifferentiable({self.reason!r}{', stops' if self.stops else ''})"
 
 
-# the reasons shared by many prims
-BOOL_RESULT = NotDifferentiable("its result is bool")
-INTEGER_ONLY = NotDifferentiable("integer and bool operands only")
-CREATION = NotDifferentiable("a new tensor whose values read no differentiable input")
-RANDOM = NotDifferentiable("random draws (their parameters are Python numbers)")
-GUARD = NotDifferentiable("a check with no result")
-INDEX_RESULT = NotDifferentiable("its result is an int64 index")
-NO_TORCH_DERIVATIVE = NotDifferentiable("torch has no derivative for it either")
+# the marks shared by many prims
+BOOL_RESULT = NotDifferentiable("its result is bool", stops=True)
+INTEGER_ONLY = NotDifferentiable("integer and bool operands only", stops=True)
+CREATION = NotDifferentiable("a new tensor whose values read no input", stops=True)
+RANDOM = NotDifferentiable("random draws (their parameters are Python numbers)", stops=True)
+GUARD = NotDifferentiable("a check with no result", stops=True)
+INDEX_RESULT = NotDifferentiable("its result is an int64 index", stops=True)
+NO_TORCH_DERIVATIVE = NotDifferentiable(
+    "torch declares its result not differentiable (it requires no grad)", stops=True)
+TORCH_RAISES = NotDifferentiable("torch raises: its derivative is not implemented")
 WRITES_THROUGH_VIEWS = NotDifferentiable(
     "no local rule: its cotangent goes to the write through the chain of views from `a` to "
     "the written tensor, which primtrace.autodiff.writes finds in the trace")

@@ -13,7 +13,7 @@ import torch
 
 from primtrace.dtypes import Category
 from primtrace.prims.differentiation import (BOOL_RESULT, INTEGER_ONLY, NO_TORCH_DERIVATIVE, P,
-                                             VJP, ZERO, as_tensor_like, conjugated,
+                                             TORCH_RAISES, VJP, ZERO, as_tensor_like, conjugated,
                                              elementwise_rule, is_tensor, times_conj, to_complex,
                                              zeros_like)
 from primtrace.ir.symbol import Symbol, SymbolKind
@@ -242,7 +242,7 @@ BINARY = [
     ("copysign", torch.copysign, FLOATING, "same",
      (lambda a, b, y: _at_zero(a, 0, P.div(y, a)), None)),
     ("nextafter", torch.nextafter, FLOATING, "same", (lambda a, b, y: 1, None)),
-    ("heaviside", torch.heaviside, REAL, "same", NO_TORCH_DERIVATIVE),
+    ("heaviside", torch.heaviside, REAL, "same", TORCH_RAISES),
     ("maximum", _maximum, REAL, "same", VJP(_extremum_vjp("gt"))),
     ("minimum", _minimum, REAL, "same", VJP(_extremum_vjp("lt"))),
     ("fmax", torch.fmax, REAL, "same", VJP(_fextremum_vjp("ge"))),
@@ -261,10 +261,10 @@ BINARY = [
     ("gcd", torch.gcd, frozenset({I}), "same", INTEGER_ONLY),
     ("lcm", torch.lcm, frozenset({I}), "same", INTEGER_ONLY),
     ("zeta", torch.special.zeta, FLOATING, "same",
-     (NO_TORCH_DERIVATIVE, lambda x, q, y: P.mul(P.neg(_t(x, q)), P.zeta(P.add(_t(x, q), 1), q)))),
-    ("igamma", torch.igamma, FLOATING, "same", (NO_TORCH_DERIVATIVE, _igamma_dx)),
+     (TORCH_RAISES, lambda x, q, y: P.mul(P.neg(_t(x, q)), P.zeta(P.add(_t(x, q), 1), q)))),
+    ("igamma", torch.igamma, FLOATING, "same", (TORCH_RAISES, _igamma_dx)),
     ("igammac", torch.igammac, FLOATING, "same",
-     (NO_TORCH_DERIVATIVE, lambda a, x, y: P.neg(_igamma_dx(a, x, y)))),
+     (TORCH_RAISES, lambda a, x, y: P.neg(_igamma_dx(a, x, y)))),
     ("xlog1py", torch.special.xlog1py, FLOATING, "same",
      (lambda a, b, y: P.log1p(_t(b, a)), lambda a, b, y: P.div(a, P.add(b, 1)))),
     ("chebyshev_polynomial_t", torch.special.chebyshev_polynomial_t, FLOATING, "same",

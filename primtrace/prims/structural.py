@@ -257,5 +257,6 @@ DERIVATIVES = {
     # a later read of the memory dst views goes through prims.aliased (views.py)
     "copy_to": lambda g, y, dst, src: (None, g),
     "resize": NotDifferentiable("it resizes an out= tensor, whose values are then undefined"),
-    "item": NotDifferentiable("its result is a Python number, read when the trace runs"),
+    "item": NotDifferentiable("its result is a Python number, read when the trace runs",
+                              stops=True),
 }

@@ -133,6 +133,19 @@ def test_what_runs_under_no_grad_passes_no_gradient():
     check_against_eager(f, torch.randn(3, dtype=torch.float64), torch.randn(3, dtype=torch.float64))
 
 
+def test_results_torch_does_not_differentiate_pass_no_gradient():
+    def f(x):
+        return torch.special.bessel_j0(x) * x + torch.zeros_like(x) + (x > 0)
+    check_against_eager(f, torch.randn(3, dtype=torch.float64))
+
+
+def test_what_torch_cannot_differentiate_raises():
+    from primtrace.prims.differentiation import NotDifferentiableError
+    forward = primtrace.trace(torch.heaviside, stage="prims")(torch.randn(3), torch.randn(3))
+    with pytest.raises(NotDifferentiableError, match="heaviside"):
+        backward_trace(forward)
+
+
 def test_tensors_a_rule_makes_and_writes_into_are_new_on_every_call():
     """x[i, i]'s cotangent is accumulated into zeros: made by a node, not a constant."""
     x, i = torch.randn(4, 3, dtype=torch.float64), torch.tensor([0, 2, 2])
