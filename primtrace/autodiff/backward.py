@@ -131,7 +131,7 @@ def _pull_back(node: Node, active: set, cotangent: dict, producer: dict) -> None
     g = tuple(gs) if isinstance(outs, (tuple, list)) else gs[0]
     try:
         if node.symbol.kind is not SymbolKind.PRIM:
-            grads = _opaque_vjp(node, g, active)
+            grads = _opaque_vjp(node, g, active, cotangent)
         elif node.symbol.name == "aliased":
             grads = aliased_vjp(node, g, producer, wants_base=node.args[0].name in active)
         else:
@@ -152,15 +152,20 @@ def _pull_back(node: Node, active: set, cotangent: dict, producer: dict) -> None
                 _accumulate(cotangent, a, gr)
 
 
-def _opaque_vjp(node: Node, g, active: set) -> tuple:
+def _opaque_vjp(node: Node, g, active: set, cotangent: dict) -> tuple:
     """An opaque torch call (no ref, so no prims and no rule): torch's autograd over the call,
-    run again by prims.library_vjp, for its positional tensor arguments."""
-    if "inplace" in node.symbol.tags or any(
-            isinstance(p, Proxy) and p.name in active for p in proxies_in(node.kwargs)):
+    run again by prims.library_vjp. Returns the positional arguments' cotangents; keyword
+    arguments' (layer_norm's weight=) are added here."""
+    if "inplace" in node.symbol.tags:
         raise NotDifferentiableError(f"{node.symbol.qualname}: an opaque call that writes in "
-                                     f"place, or takes a differentiated keyword argument")
-    wrt = tuple(i for i, a in enumerate(node.args) if isinstance(a, Proxy) and a.name in active)
-    grads = dict(zip(wrt, prims.library_vjp(node.symbol, g, tuple(node.args), wrt, node.kwargs)))
+                                     f"place")
+    wrt = [i for i, a in enumerate(node.args) if isinstance(a, Proxy) and a.name in active]
+    wrt += [k for k, a in node.kwargs.items() if isinstance(a, Proxy) and a.name in active]
+    grads = dict(zip(wrt, prims.library_vjp(node.symbol, g, tuple(node.args), tuple(wrt),
+                                            node.kwargs)))
+    for k in wrt:
+        if type(k) is str:
+            _accumulate(cotangent, node.kwargs[k], grads[k])
     return tuple(grads.get(i) for i in range(len(node.args)))
 
 

@@ -3,8 +3,8 @@ grouped_mm, svd) call, since no prim form of their derivatives is sensible.
 
 - ``convolution_backward``: torch's own ``aten.convolution_backward`` (input, weight and
   bias cotangents, as the mask asks), no forward recomputed;
-- ``library_vjp(op, g, args, wrt, kwargs)``: the cotangents of the arguments at positions
-  `wrt` of the library prim named `op` (or of an opaque torch call, `op` its symbol), by
+- ``library_vjp(op, g, args, wrt, kwargs)``: the cotangents of the arguments `wrt`
+  (positions or keywords) of the library prim named `op` (or of an opaque torch call), by
   torch's autograd over the op's torch implementation: it runs that forward again inside
   torch (one more pool, one more SVD) and then torch's backward kernels
   (max_pool2d_with_indices_backward, svd_backward...). A dedicated prim per op (saving
@@ -64,12 +64,17 @@ convolution_backward = Symbol(
         "None for the others) for the cotangent g of its result: aten.convolution_backward.")
 
 
+def _argument(args, kwargs, key):
+    """The argument `key` names: a position in args, or a keyword."""
+    return args[key] if type(key) is int else (kwargs or {})[key]
+
+
 def _library_vjp_meta(op, g, args, wrt, kwargs=None):
-    if not (type(op) is str or callable(op)) or not isinstance(
-            args, tuple) or not all(type(i) is int and is_tensor(args[i]) for i in wrt):
-        raise PrimContractError("prims.library_vjp: a prim name or a symbol, its argument tuple "
-                                "and the positions of tensor arguments")
-    return tuple(_like(args[i]) for i in wrt)
+    if not (type(op) is str or callable(op)) or not isinstance(args, tuple) or not all(
+            type(k) in (int, str) and is_tensor(_argument(args, kwargs, k)) for k in wrt):
+        raise PrimContractError("prims.library_vjp: a prim name or a callable, its argument "
+                                "tuple and the positions (or keywords) of tensor arguments")
+    return tuple(_like(_argument(args, kwargs, k)) for k in wrt)
 
 
 def _library_vjp_impl(op, g, args, wrt, kwargs=None):
@@ -77,21 +82,24 @@ def _library_vjp_impl(op, g, args, wrt, kwargs=None):
         op = P.ALL_PRIMS[op]
     run = getattr(op, "impl", op)   # an opaque call's symbol, or the torch function itself
     with torch.enable_grad():
-        args = tuple(a.detach().requires_grad_(True) if i in wrt else a
-                     for i, a in enumerate(args))
-        out = run(*args, **(kwargs or {}))
+        args, kwargs = list(args), dict(kwargs or {})
+        for k in wrt:
+            where = args if type(k) is int else kwargs
+            where[k] = where[k].detach().requires_grad_(True)
+        out = run(*args, **kwargs)
         pairs = [(o, c) for o, c in zip(tree_flatten(out), tree_flatten(g)) if c is not None]
-        grads = torch.autograd.grad([o for o, _ in pairs], [args[i] for i in wrt],
-                                    [c for _, c in pairs], allow_unused=True)
-    return tuple(torch.zeros_like(args[i], memory_format=torch.contiguous_format)
-                 if grad is None else grad.contiguous() for i, grad in zip(wrt, grads))
+        leaves = [_argument(args, kwargs, k) for k in wrt]
+        grads = torch.autograd.grad([o for o, _ in pairs], leaves, [c for _, c in pairs],
+                                    allow_unused=True)
+    return tuple(torch.zeros_like(leaf, memory_format=torch.contiguous_format)
+                 if grad is None else grad.contiguous() for leaf, grad in zip(leaves, grads))
 
 
 library_vjp = Symbol(
     "library_vjp", kind=SymbolKind.PRIM, meta=_library_vjp_meta, impl=_library_vjp_impl,
     tags=frozenset({"library"}), module="prims",
-    doc="The cotangents of the arguments at positions `wrt` of `op` (a library prim's name, or "
-        "an opaque torch call's symbol or function) for the cotangent g of its result (a tuple for several "
+    doc="The cotangents of the arguments `wrt` (positions, or keywords) of `op` (a library "
+        "prim's name, or an opaque torch call's symbol or function) for the cotangent g of its result (a tuple for several "
         "results, None for none): torch's autograd over op's torch implementation, run again.")
 
 PRIMS = {s.name: s for s in (convolution_backward, library_vjp)}

@@ -184,6 +184,22 @@ def test_an_opaque_call_goes_through_torch_and_prints_as_python():
     assert "prims.library_vjp(torch.einsum, g_" in str(bw.trace)
 
 
+def test_a_trace_of_calls_kept_for_eager_autograd():
+    """Inputs that require grad: the tracer keeps the torch calls (layer_norm's weight= a
+    keyword); each goes through torch's autograd in the backward."""
+    x, r, w, b = (torch.randn(*s, dtype=torch.float64, requires_grad=True)
+                  for s in ((4, 8), (4, 8), (8,), (8,)))
+    forward = primtrace.trace(layer_norm_gelu, stage="prims")(x, r, w, b)
+    assert {n.symbol.kind for n in forward.nodes} == {"opaque"}
+    bw = backward_trace(forward)
+    with torch.no_grad():
+        outputs, saved = _run(forward_with_saved(forward, bw.saved))(x, r, w, b)
+    g = torch.randn_like(outputs)
+    got = _run(bw.trace)(*saved, g)
+    expected = torch.autograd.grad(layer_norm_gelu(x, r, w, b), (x, r, w, b), g)
+    torch.testing.assert_close(got, expected, **TOLERANCE[torch.float64])
+
+
 def test_the_backward_is_a_trace_of_prims_the_executors_can_run():
     forward = primtrace.trace(silu_gate, stage="prims")(torch.randn(4, 8), torch.randn(4, 8))
     bw = backward_trace(forward)
