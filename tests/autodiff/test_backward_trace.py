@@ -114,6 +114,35 @@ def test_program(dtype, index):
     check_against_eager(fn, *args)
 
 
+def _layouts():
+    d = torch.float64
+    transposed = torch.randn(8, 4, dtype=d).T
+    strided = torch.randn(4, 16, dtype=d)[:, ::2]
+    expanded = torch.randn(4, 1, dtype=d).expand(4, 8)
+    channels_last = torch.randn(2, 3, 6, 6, dtype=d).to(memory_format=torch.channels_last)
+    return [
+        ("views", lambda a: a.reshape(2, 16)[:, 1:].flip(1).T.contiguous().view(-1)[::3],
+         (transposed,)),
+        ("layer_norm", layer_norm_gelu, (transposed, strided, torch.randn(8, dtype=d),
+                                         torch.randn(8, dtype=d))),
+        ("expanded", lambda a, b: (a * b).softmax(0).cumsum(1), (expanded, strided)),
+        ("channels_last", lambda a, w: F.avg_pool2d(F.conv2d(a, w, padding=1), 2).reshape(2, -1),
+         (channels_last, torch.randn(4, 3, 3, 3, dtype=d))),
+        ("cat_index", lambda a, b: torch.cat([a, b], 1)[torch.tensor([0, 3]), 2:],
+         (transposed, strided)),
+    ]
+
+
+LAYOUTS = _layouts()
+
+
+@pytest.mark.parametrize("name,fn,args", LAYOUTS, ids=[name for name, _, _ in LAYOUTS])
+def test_input_layouts(name, fn, args):
+    """Transposed, sliced, expanded and channels_last inputs: rules read shapes, not strides,
+    and reshape copies where the cotangent's strides allow no view."""
+    check_against_eager(fn, *args)
+
+
 def test_cotangents_of_a_value_read_twice_are_summed_and_dead_branches_dropped():
     def f(x, y, unused):
         dead = torch.exp(x) * unused          # reaches no output
