@@ -135,7 +135,8 @@ def _pull_back(node: Node, active: set, cotangent: dict, producer: dict) -> None
         elif node.symbol.name == "aliased":
             grads = aliased_vjp(node, g, producer, wants_base=node.args[0].name in active)
         else:
-            grads = vjp(node.symbol, g, outs, node.args, node.kwargs)
+            grads = vjp(node.symbol, g, outs, node.args, node.kwargs,
+                        wanted=[any(p.name in active for p in proxies_in(a)) for a in node.args])
     except NotDifferentiableError as e:
         raise NotDifferentiableError(f"{e} (in {_where(node)})") from None
     for arg, grad in zip(node.args, grads):

@@ -147,19 +147,30 @@ def elementwise_rule(entry, arity: int):
 
 
 # --- applying a rule ---------------------------------------------------------------------------
-def vjp(symbol, g, y, args, kwargs):
+def vjp(symbol, g, y, args, kwargs, wanted=None):
     """The cotangents of `symbol`'s positional arguments for the cotangent `g` of its result
     `y`: its rule's, with the conventions every rule shares applied here once. Numbers and
     integer tensors get None; a 0-dim operand, which elementwise prims take as a scalar
-    against dimensioned ones, gets its cotangent summed over every dim."""
+    against dimensioned ones, gets its cotangent summed over every dim. `wanted` (a bool per
+    argument; default all) reaches the rules that take it (:func:`takes_wanted`)."""
     rule = P.VJP_RULES[symbol.name]
     if isinstance(rule, NotDifferentiable):
         raise NotDifferentiableError(f"prims.{symbol.name} is not differentiable: {rule.reason}")
+    if getattr(rule, "takes_wanted", False):
+        kwargs = {**kwargs, "wanted": (True,) * len(args) if wanted is None else tuple(wanted)}
     grads = rule(g, y, *args, **kwargs)
     if len(grads) != len(args):
         raise AssertionError(f"the VJP rule of prims.{symbol.name} returned {len(grads)} "
                              f"cotangents for {len(args)} arguments")
     return tuple(_settle(grad, arg) for grad, arg in zip(grads, args))
+
+
+def takes_wanted(rule):
+    """Mark a rule that takes ``wanted=``, a bool per positional argument: whether its
+    cotangent is used. Rules whose one library kernel computes every cotangent (convolution's)
+    skip the unwanted ones; others leave theirs to dead-code elimination."""
+    rule.takes_wanted = True
+    return rule
 
 
 def _settle(grad, arg):

@@ -49,7 +49,7 @@ from primtrace import dtypes
 from primtrace.ir.proxy import TensorSpec
 from primtrace.ir.strides import contiguous_strides, matches_dense
 from primtrace.ir.symbol import Symbol, SymbolKind
-from primtrace.prims.differentiation import P
+from primtrace.prims.differentiation import P, takes_wanted
 from primtrace.prims.meta import PrimContractError, is_tensor
 
 __all__ = ["convolution", "max_pool", "avg_pool", "adaptive_avg_pool", "adaptive_max_pool",
@@ -655,20 +655,22 @@ PRIMS = {s.name: s for s in (convolution, max_pool, avg_pool, adaptive_avg_pool,
 
 
 # --- derivatives: torch's backward kernels (prims.library_grads) ---------------------------------
+@takes_wanted
 def _convolution_vjp(g, y, input, weight, bias, stride, padding, dilation, transposed,
-                     output_padding, groups):
+                     output_padding, groups, *, wanted):
     bias_shape = tuple(bias.shape) if bias is not None else ()
+    mask = (wanted[0], wanted[1], bias is not None and wanted[2])
     grads = P.convolution_backward(g, input, weight, bias_shape, stride, padding, dilation,
-                                   transposed, output_padding, groups,
-                                   (True, True, bias is not None))
+                                   transposed, output_padding, groups, mask)
     return (*grads, None, None, None, None, None, None)
 
 
 def _by_torch(name):
     """The rule of a library prim whose cotangents torch's autograd computes (library_vjp):
-    for its tensor arguments, the rest get None."""
-    def rule(g, y, *args):
-        wrt = tuple(i for i, a in enumerate(args) if is_tensor(a)
+    for its wanted tensor arguments, the rest get None."""
+    @takes_wanted
+    def rule(g, y, *args, wanted):
+        wrt = tuple(i for i, a in enumerate(args) if wanted[i] and is_tensor(a)
                     and (a.dtype.is_floating_point or a.dtype.is_complex))
         grads = dict(zip(wrt, P.library_vjp(name, g, args, wrt)))
         return tuple(grads.get(i) for i in range(len(args)))

@@ -229,6 +229,15 @@ def test_a_trace_of_calls_kept_for_eager_autograd():
     torch.testing.assert_close(got, expected, **TOLERANCE[torch.float64])
 
 
+def test_a_library_kernel_computes_only_the_wanted_cotangents():
+    """A frozen input: convolution_backward is asked for the weight's and bias's only."""
+    x, w, b = torch.randn(2, 3, 6, 6), torch.randn(4, 3, 3, 3), torch.randn(4)
+    forward = primtrace.trace(lambda x, w, b: F.conv2d(x, w, b), stage="prims")(x, w, b)
+    bw = backward_trace(forward, wrt=forward.inputs[1:])
+    [node] = [n for n in bw.trace.nodes if n.symbol.name == "convolution_backward"]
+    assert node.args[-1] == (False, True, True) and bw.trace.outputs[0] is not None
+
+
 def test_the_backward_is_a_trace_of_prims_the_executors_can_run():
     forward = primtrace.trace(silu_gate, stage="prims")(torch.randn(4, 8), torch.randn(4, 8))
     bw = backward_trace(forward)
