@@ -93,9 +93,28 @@ def attention(q, k, v):
     return scores @ v
 
 
+def gpt_block(idx, targets, wte, wpe, ln1_w, ln1_b, w_qkv, b_qkv, w_proj, ln2_w, ln2_b, w_fc,
+              w_out):
+    """A GPT-2 block with tied embeddings and a cross-entropy loss."""
+    (B, T), C, H = idx.shape, wte.shape[1], 2
+    x = F.embedding(idx, wte) + wpe[:T]
+    q, k, v = F.linear(F.layer_norm(x, (C,), ln1_w, ln1_b), w_qkv, b_qkv).split(C, dim=-1)
+    q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in (q, k, v))
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    att = ((q @ k.transpose(-2, -1)) / (C // H) ** 0.5).masked_fill(~causal, float("-inf"))
+    x = x + F.linear((att.softmax(-1) @ v).transpose(1, 2).reshape(B, T, C), w_proj)
+    h = F.gelu(F.linear(F.layer_norm(x, (C,), ln2_w, ln2_b), w_fc), approximate="tanh")
+    logits = (x + F.linear(h, w_out)) @ wte.T
+    return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+
+
 def _programs(dtype):
     def r(*shape):
         return torch.randn(*shape, dtype=dtype)
+
+    def small(*shape):
+        return r(*shape) * 0.3
+    V, T, C = 11, 5, 8
     return [
         (layer_norm_gelu, (r(4, 8), r(4, 8), r(8), r(8))),
         (rms_norm, (r(3, 5, 8), r(8))),
@@ -103,11 +122,14 @@ def _programs(dtype):
         (silu_gate, (r(4, 8), r(4, 8))),
         (mlp, (r(4, 8), r(5, 8), r(5), r(3, 5))),
         (attention, (r(2, 4, 8), r(2, 6, 8), r(2, 6, 8))),
+        (gpt_block, (torch.randint(0, V, (2, T)), torch.randint(0, V, (2, T)), small(V, C),
+                     small(T, C), 1 + small(C), small(C), small(3 * C, C), small(3 * C),
+                     small(C, C), 1 + small(C), small(C), small(4 * C, C), small(C, 4 * C))),
     ]
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-@pytest.mark.parametrize("index", range(6), ids=[f.__name__ for f, _ in _programs(torch.float64)])
+@pytest.mark.parametrize("index", range(7), ids=[f.__name__ for f, _ in _programs(torch.float64)])
 def test_program(dtype, index):
     torch.manual_seed(index)
     fn, args = _programs(dtype)[index]
