@@ -302,14 +302,46 @@ def _index_put_vjp(g, y, a, indices, values, accumulate=False):
 
 
 def _scatter_vjp(g, y, a, dim, index, src, *, reduce=None, include_self=True):
-    """Overwrites (reduce None) hide a's values at the written positions; sums pass g to
-    both. The other reductions are not written."""
-    if reduce == "sum" and include_self:
-        return g, None, None, P.gather(g, dim, index)
-    if reduce is None:
-        return (P.scatter(g, dim, index, zeros_like(src)), None, None, P.gather(g, dim, index))
-    mark = NotDifferentiable(f"scatter with reduce={reduce!r}: not written")
-    return mark, None, None, mark
+    """As torch differentiates scatter and scatter_reduce: an overwrite hides a's values at
+    the written positions; a sum passes g to both; a mean shares g by the counts; amax and
+    amin share g evenly among the values equal to the result. prod is not written."""
+    if reduce == "prod":
+        mark = NotDifferentiable("scatter with reduce='prod': not written")
+        return mark, None, None, mark
+    ones = P.full_like(src, 1, dtype=g.dtype)
+    written = P.ne(P.scatter(P.full_like(a, 0, dtype=g.dtype), dim, index, ones, reduce="sum"), 0)
+    kept = include_self and reduce is not None   # a's values at the written positions count
+    if reduce in (None, "sum"):
+        shared = g
+    elif reduce == "mean":
+        count = P.scatter(P.full_like(a, 1 if include_self else 0, dtype=g.dtype), dim, index,
+                          ones, reduce="sum")
+        shared = P.div(g, P.where(P.eq(count, 0), 1, count))
+    else:   # amax, amin; torch counts a's tie without include_self too, then drops its share
+        a_is = P.eq(a, y)
+        src_is = P.eq(_written_part(src, index), P.gather(y, dim, index))
+        count = P.scatter(P.convert_element_type(a_is, g.dtype), dim, index,
+                          P.convert_element_type(src_is, g.dtype), reduce="sum")
+        shared = P.div(g, count)
+        grad_a = P.where(a_is, shared, 0)
+        return (grad_a if include_self else P.where(written, 0, grad_a), None, None,
+                _as_src(P.where(src_is, P.gather(shared, dim, index), 0), src))
+    grad_a = shared if kept else P.where(written, 0, shared)
+    return grad_a, None, None, _as_src(P.gather(shared, dim, index), src)
+
+
+def _written_part(src, index):
+    """The part of `src` scatter reads: index's shape from its start."""
+    if tuple(src.shape) == tuple(index.shape):
+        return src
+    return P.slice(src, (0,) * src.ndim, tuple(index.shape), (1,) * src.ndim)
+
+
+def _as_src(t, src):
+    """A cotangent of the part scatter reads, zero-padded to src's shape."""
+    if tuple(t.shape) == tuple(src.shape):
+        return t
+    return P.pad(t, 0, tuple((0, n - m, 0) for n, m in zip(src.shape, t.shape)))
 
 
 def _index_add_vjp(g, y, a, dim, index, source, alpha):

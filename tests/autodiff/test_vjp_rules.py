@@ -178,6 +178,22 @@ def test_binary_complex(name):
     check_vjp(name, rand(3, 4, low=low, high=high, dtype=C128), 1.5 - 0.5j)
 
 
+@pytest.mark.parametrize("reduce", ["amax", "amin", "mean", "sum"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_reductions_share_ties_as_torch(reduce, include_self):
+    a = torch.tensor([[1.0, 5.0, 2.0], [3.0, 3.0, 0.0]], dtype=F64)
+    src = torch.tensor([[5.0, 5.0, 1.0], [3.0, 7.0, 7.0]], dtype=F64)
+    index = _index(1, 1, 0, 0, 2, 2).view(2, 3)
+    kwargs = {"reduce": reduce, "include_self": include_self}
+    y = prims.scatter(a, 1, index, src, **kwargs)
+    g = rand(2, 3)
+    grad_a, _, _, grad_src = vjp(prims.scatter, g, y, (a, 1, index, src), kwargs)
+    leaves = a.clone().requires_grad_(), src.clone().requires_grad_()
+    expected = torch.autograd.grad(torch.scatter_reduce(leaves[0], 1, index, leaves[1], reduce,
+                                                        include_self=include_self), leaves, g)
+    torch.testing.assert_close((grad_a, grad_src), expected)
+
+
 def test_maximum_and_minimum_split_ties_as_torch():
     a = torch.tensor([1.0, 2.0, 3.0], dtype=F64)
     b = torch.tensor([1.0, 1.0, 4.0], dtype=F64)
@@ -272,7 +288,14 @@ def _linalg_and_indexing():
     yield "index", (x, (_index(1, 1, 3), _index(0, 2, 4))), {}
     index = _index(0, 3, 1).view(1, 3).expand(2, 3).contiguous()
     yield "scatter", (x, 1, index, rand(2, 3)), {}
-    yield "scatter", (x, 1, index, rand(2, 3)), {"reduce": "sum"}
+    repeated = _index(0, 0, 3, 1, 1, 1).view(2, 3)   # several values reduce into one
+    for reduce in ("sum", "mean", "amax", "amin"):
+        for include_self in (True, False):
+            for positions in (index, repeated):
+                yield "scatter", (x, 1, positions, rand(2, 3)), {"reduce": reduce,
+                                                                  "include_self": include_self}
+    yield "scatter", (x, 1, index, rand(3, 4)), {}   # src larger than index: the rest unread
+    yield "scatter", (x, 1, index, rand(3, 4)), {"reduce": "mean"}
     yield "index_add", (x, 0, _index(1, 3, 1), rand(3, 5), 2.0), {}
     yield "index_copy", (x, 1, _index(4, 0), rand(4, 2)), {}
     yield "index_fill", (x, 1, _index(4, 0), 1.5), {}
