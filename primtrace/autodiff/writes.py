@@ -53,6 +53,6 @@ def aliased_vjp(node: Node, g, producer: dict, wants_base: bool):
     if wants_base:
         cleared = copied(g, a.stride())
         region = _replay(chain, cleared)
-        grad_base = prims.aliased(cleared, prims.copy_to(region, prims.full_like(
-            region, 0, dtype=region.dtype)))
+        zero = prims.full((), 0, dtype=region.dtype, device=region.device)
+        grad_base = prims.aliased(cleared, prims.copy_to(region, zero))
     return grad_base, grad_write

@@ -26,6 +26,8 @@ import importlib
 
 import torch
 
+from primtrace.prims.meta import elementwise_strides
+
 
 class NotDifferentiable:
     """The mark of a prim (or one argument) without a derivative. `reason` says why. A mark
@@ -90,9 +92,16 @@ def times_conj(g, d):
     return P.mul(g, conjugated(d))
 
 
+def filled_like(a, value, dtype=None):
+    """A new tensor of a's shape and memory order filled with `value`, made from a's metadata
+    alone: the backward does not read `a`, so it need not save it."""
+    strides = elementwise_strides(tuple(a.shape), [tuple(a.stride())])
+    return P.full_strided(tuple(a.shape), strides, value, dtype=dtype or a.dtype, device=a.device)
+
+
 def zeros_like(a):
-    """Zeros of a's shape, dtype and memory order (no value of `a` is read)."""
-    return P.full_like(a, 0, dtype=a.dtype)
+    """Zeros of a's shape, dtype and memory order (`a` is not read, nor saved)."""
+    return filled_like(a, 0)
 
 
 def to_complex(g, like):

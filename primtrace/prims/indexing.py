@@ -15,7 +15,8 @@ import torch
 from primtrace.ir.proxy import TensorSpec
 from primtrace.ir.strides import contiguous_strides, dense_strides
 from primtrace.ir.symbol import Symbol, SymbolKind
-from primtrace.prims.differentiation import GUARD, NotDifferentiable, P, conjugated, zeros_like
+from primtrace.prims.differentiation import (GUARD, NotDifferentiable, P, conjugated, filled_like,
+                                             zeros_like)
 from primtrace.prims.meta import PrimContractError, elementwise_strides, is_number, is_tensor
 from primtrace.prims.views import copied, reshaped, sum_to
 
@@ -308,14 +309,14 @@ def _scatter_vjp(g, y, a, dim, index, src, *, reduce=None, include_self=True):
     if reduce == "prod":
         mark = NotDifferentiable("scatter with reduce='prod': not written")
         return mark, None, None, mark
-    ones = P.full_like(src, 1, dtype=g.dtype)
-    written = P.ne(P.scatter(P.full_like(a, 0, dtype=g.dtype), dim, index, ones, reduce="sum"), 0)
+    ones = filled_like(src, 1, g.dtype)
+    written = P.ne(P.scatter(filled_like(a, 0, g.dtype), dim, index, ones, reduce="sum"), 0)
     kept = include_self and reduce is not None   # a's values at the written positions count
     if reduce in (None, "sum"):
         shared = g
     elif reduce == "mean":
-        count = P.scatter(P.full_like(a, 1 if include_self else 0, dtype=g.dtype), dim, index,
-                          ones, reduce="sum")
+        count = P.scatter(filled_like(a, 1 if include_self else 0, g.dtype), dim, index, ones,
+                          reduce="sum")
         shared = P.div(g, P.where(P.eq(count, 0), 1, count))
     else:   # amax, amin; torch counts a's tie without include_self too, then drops its share
         a_is = P.eq(a, y)

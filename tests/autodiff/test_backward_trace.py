@@ -260,6 +260,13 @@ def test_a_library_kernel_computes_only_the_wanted_cotangents():
     assert node.args[-1] == (False, True, True) and bw.trace.outputs[0] is not None
 
 
+def test_what_a_rule_reads_only_the_shape_of_is_not_saved():
+    """gather's cotangent goes into zeros shaped like its input: the input is not saved."""
+    forward = primtrace.trace(lambda x, i: torch.gather(x, 1, i), stage="prims")(
+        torch.randn(4, 8), torch.tensor([[1], [0], [7], [7]]))
+    assert [p.name for p in backward_trace(forward).saved] == ["i"]
+
+
 def test_the_backward_is_a_trace_of_prims_the_executors_can_run():
     forward = primtrace.trace(silu_gate, stage="prims")(torch.randn(4, 8), torch.randn(4, 8))
     bw = backward_trace(forward)
