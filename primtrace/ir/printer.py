@@ -29,6 +29,8 @@ def format_value(v) -> str:
         return "{" + ", ".join(f"{k!r}: {format_value(x)}" for k, x in v.items()) + "}"
     if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
         return f'float("{v}")'
+    if isinstance(getattr(v, "kind", None), SymbolKind):   # a symbol passed as an argument
+        return v.qualname
     if isinstance(v, torch.Tensor):
         if v.ndim == 0 and v.device.type != "meta":
             return f"<constant {dtypes.short_name(v.dtype)}[] {v.item()!r}>"

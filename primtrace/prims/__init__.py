@@ -9,6 +9,7 @@ from primtrace.prims import dtype_views as _dtype_views
 from primtrace.prims import elementwise as _elementwise
 from primtrace.prims import indexing as _indexing
 from primtrace.prims import library as _library
+from primtrace.prims import library_grads as _library_grads
 from primtrace.prims import linalg as _linalg
 from primtrace.prims import random as _random
 from primtrace.prims import scans as _scans
@@ -32,15 +33,25 @@ from primtrace.prims.linalg import *  # noqa: F401,F403
 from primtrace.prims.random import *  # noqa: F401,F403
 from primtrace.prims.scans import *  # noqa: F401,F403
 from primtrace.prims.views import (aliased, as_strided, cat, diagonal, expand, flip,  # noqa: F401
-                                   permute, reshape_view, slice, squeeze, unfold, unsqueeze)
+                                   pad, permute, reshape_view, slice, squeeze, unfold, unsqueeze)
 from primtrace.prims.library import *  # noqa: F401,F403  (convolution, pooling)
 from primtrace.prims.spectral import *  # noqa: F401,F403  (FFTs)
+from primtrace.prims.library_grads import *  # noqa: F401,F403
+from primtrace.prims import guards as _guards
+from primtrace.prims.differentiation import check_derivatives as _check_derivatives
 
 #: name -> Symbol, every prim.
 ALL_PRIMS = {**_elementwise.PRIMS, **_structural.PRIMS, **_reductions.PRIMS, **_dtype_views.PRIMS,
              **_views.PRIMS, **_library.PRIMS,
              "check_fits": check_fits, "check_item_fits": check_item_fits}
 ALL_PRIMS.update({**_linalg.PRIMS, **_indexing.PRIMS, **_scans.PRIMS, **_random.PRIMS,
-                  **_spectral.PRIMS})
+                  **_spectral.PRIMS, **_library_grads.PRIMS})
+#: name -> how the prim differentiates: a VJP rule or a NotDifferentiable mark
+#: (primtrace.prims.differentiation), kept beside each prim in its module
+VJP_RULES = {}
+for _module in (_elementwise, _structural, _reductions, _dtype_views, _views, _library, _guards,
+                _linalg, _indexing, _scans, _random, _spectral, _library_grads):
+    VJP_RULES.update(_module.DERIVATIVES)
+_check_derivatives(ALL_PRIMS, VJP_RULES)
 UNARY = [row[0] for row in _elementwise.UNARY]
 BINARY = [row[0] for row in _elementwise.BINARY]

@@ -21,7 +21,10 @@ import torch
 from primtrace import dtypes
 from primtrace.ir.proxy import TensorSpec
 from primtrace.ir.symbol import Symbol, SymbolKind
+from primtrace.prims.differentiation import P
+from primtrace.prims.elementwise import DERIVATIVES as _ELEMENTWISE
 from primtrace.prims.meta import PrimContractError, elementwise_meta, is_tensor
+from primtrace.prims.views import contiguous
 
 #: the real dtype of each complex dtype's halves, and back
 _REAL = {torch.complex32: torch.float16, torch.complex64: torch.float32,
@@ -110,3 +113,23 @@ libm_pow = _prim("libm_pow", _libm_pow_meta, _libm_pow_impl,
 
 PRIMS = {s.name: s for s in (view_as_real, view_as_complex, conj_view, real_view, imag_view,
                               libm_pow)}
+
+
+# --- derivatives -------------------------------------------------------------------------------
+def _view_as_real_vjp(g, y, a):
+    """The pairs viewed back as complex numbers (a row-major copy where g's strides do not
+    allow that view)."""
+    if g.stride()[-1] != 1 or any(s % 2 for s in g.stride()[:-1]):
+        g = contiguous(g)
+    return (P.view_as_complex(g),)
+
+
+DERIVATIVES = {
+    "view_as_real": _view_as_real_vjp,
+    "view_as_complex": lambda g, y, a: (P.view_as_real(g),),
+    "libm_pow": _ELEMENTWISE["pow"],
+    # the views' cotangents are the copying prims' (no view of a cotangent is needed)
+    "conj_view": _ELEMENTWISE["conj"],
+    "real_view": _ELEMENTWISE["real"],
+    "imag_view": _ELEMENTWISE["imag"],
+}

@@ -1,14 +1,21 @@
 """Elementwise prims, generated from tables.
 
 Each row names a prim, the torch function that implements it on real tensors, the dtype
-categories it accepts, and its result dtype ("same", "bool", or "real" for complex ->
-real). The prims do no promotion and no broadcasting: see ``prims.meta``.
+categories it accepts, its result dtype ("same", "bool", or "real" for complex -> real),
+and its derivative (``prims.differentiation``). The prims do no promotion and no
+broadcasting: see ``prims.meta``.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 
 from primtrace.dtypes import Category
+from primtrace.prims.differentiation import (BOOL_RESULT, INTEGER_ONLY, NO_TORCH_DERIVATIVE, P,
+                                             TORCH_RAISES, VJP, ZERO, as_tensor_like, conjugated,
+                                             elementwise_rule, is_tensor, times_conj, to_complex,
+                                             zeros_like)
 from primtrace.ir.symbol import Symbol, SymbolKind
 from primtrace.prims.meta import elementwise_meta
 
@@ -51,120 +58,239 @@ def _minimum(a, b):
     return torch.minimum(a, b)
 
 
-# name, torch implementation, accepted categories, result dtype
+# --- derivatives the tables name (the chain rule's factor, or a whole VJP rule) ---------------
+def _at_zero(a, value, elsewhere):
+    """`value` where a == 0, `elsewhere` elsewhere (a removable singularity: i1'(0) = 1/2)."""
+    return P.where(P.eq(a, 0), value, elsewhere)
+
+
+def _t(x, like):
+    """A number operand as a 0-dim tensor (a partial that computes with it)."""
+    return as_tensor_like(x, like)
+
+
+def _squares(a, b):
+    """a^2 + b^2 for tensor or number operands (atan2's derivative)."""
+    like = a if is_tensor(a) else b
+    a, b = _t(a, like), _t(b, like)
+    return P.add(P.mul(a, a), P.mul(b, b))
+
+
+def _igamma_dx(a, x, y):
+    """d/dx of the regularized lower incomplete gamma: x^(a-1) e^-x / Gamma(a)."""
+    a = _t(a, x)
+    return P.exp(P.sub(P.sub(P.mul(P.sub(a, 1), P.log(x)), x), P.lgamma(a)))
+
+
+def _abs_vjp(g, y, a):
+    """|a|' is sign(a) (0 at 0, as eager); a complex a gets g * a/|a| (torch's convention)."""
+    if a.dtype.is_complex:
+        return (P.mul(to_complex(g, a), P.sgn(a)),)
+    return (P.mul(g, P.sign(a)),)
+
+
+def _sgn_vjp(g, y, a):
+    """sgn(z) = z/|z| is not holomorphic: (g - conj(g) sgn^2) / (2|z|), 0 at z = 0."""
+    magnitude = to_complex(P.abs(a), a)
+    grad = P.div(P.sub(g, P.mul(P.conj(g), P.mul(y, y))), P.mul(magnitude, 2))
+    return (P.where(P.eq(magnitude, 0), 0, grad),)
+
+
+def _div_vjp(g, y, a, b):
+    return (P.div(g, conjugated(b)) if is_tensor(a) else None,
+            P.neg(P.div(P.mul(g, conjugated(y)), conjugated(b))) if is_tensor(b) else None)
+
+
+def _pow_vjp(g, y, a, b):
+    """torch's pow derivatives: none to `a` where b == 0, none to `b` where a == 0 and b >= 0
+    (0 ** b is 0 or 1 there, not exp(b log 0))."""
+    grad_a = grad_b = None
+    if is_tensor(a):
+        d = P.mul(b, P.pow(a, P.sub(b, 1) if is_tensor(b) else b - 1))
+        grad_a = times_conj(g, d)
+        if not isinstance(b, (int, float)) or b == 0:   # a tensor, a traced number, or 0
+            grad_a = P.where(P.eq(_t(b, a), 0), 0, grad_a)
+    if is_tensor(b):
+        a_ = _t(a, b)
+        grad_b = times_conj(g, P.mul(y, P.log(a_)))
+        if not b.dtype.is_complex:
+            grad_b = P.where(P.bitwise_and(P.eq(a_, 0), P.ge(b, 0)), 0, grad_b)
+    return grad_a, grad_b
+
+
+def _extremum_vjp(wins):
+    """maximum/minimum as torch.maximum differentiates: a tie splits g in halves."""
+    def rule(g, y, a, b):
+        a, b = _t(a, g), _t(b, g)
+        tie = P.eq(a, b)
+        half = P.mul(g, 0.5)
+        return (P.where(tie, half, P.where(getattr(P, wins)(a, b), g, 0)),
+                P.where(tie, half, P.where(getattr(P, wins)(b, a), g, 0)))
+    return rule
+
+
+def _fextremum_vjp(keeps):
+    """fmax/fmin as torch differentiates them: g goes to `a` where it is kept (a >= b, or b is
+    NaN; ties too), else to `b`."""
+    def rule(g, y, a, b):
+        first = P.bitwise_or(getattr(P, keeps)(a, b), P.isnan(b))
+        return P.where(first, g, 0), P.where(first, 0, g)
+    return rule
+
+
+# name, torch implementation, accepted categories, result dtype, derivative: the factor f'
+# of the chain rule g * conj(f') as a function of the operands and the result (a unary
+# prim's (a, y), a binary prim's pair of partials (a, b, y), None for none), ZERO, a whole
+# VJP rule, or a NotDifferentiable mark (primtrace.prims.differentiation)
 UNARY = [
-    ("abs", torch.abs, NUMERIC, "real"),
-    ("neg", torch.neg, NUMERIC, "same"),
-    ("sign", torch.sign, REAL, "same"),
-    ("sgn", torch.sgn, COMPLEX, "same"),
-    ("signbit", torch.signbit, REAL, "bool"),
-    ("reciprocal", torch.reciprocal, FLOAT_COMPLEX, "same"),
-    ("sqrt", torch.sqrt, FLOAT_COMPLEX, "same"),
-    ("rsqrt", torch.rsqrt, FLOAT_COMPLEX, "same"),
-    ("exp", torch.exp, FLOAT_COMPLEX, "same"),
-    ("exp2", torch.exp2, FLOAT_COMPLEX, "same"),
-    ("expm1", torch.expm1, FLOAT_COMPLEX, "same"),
-    ("log", torch.log, FLOAT_COMPLEX, "same"),
-    ("log1p", torch.log1p, FLOAT_COMPLEX, "same"),
-    ("log2", torch.log2, FLOAT_COMPLEX, "same"),
-    ("log10", torch.log10, FLOAT_COMPLEX, "same"),
-    ("sin", torch.sin, FLOAT_COMPLEX, "same"),
-    ("cos", torch.cos, FLOAT_COMPLEX, "same"),
-    ("tan", torch.tan, FLOAT_COMPLEX, "same"),
-    ("asin", torch.asin, FLOAT_COMPLEX, "same"),
-    ("acos", torch.acos, FLOAT_COMPLEX, "same"),
-    ("atan", torch.atan, FLOAT_COMPLEX, "same"),
-    ("sinh", torch.sinh, FLOAT_COMPLEX, "same"),
-    ("cosh", torch.cosh, FLOAT_COMPLEX, "same"),
-    ("tanh", torch.tanh, FLOAT_COMPLEX, "same"),
-    ("asinh", torch.asinh, FLOAT_COMPLEX, "same"),
-    ("acosh", torch.acosh, FLOAT_COMPLEX, "same"),
-    ("atanh", torch.atanh, FLOAT_COMPLEX, "same"),
-    ("sigmoid", torch.sigmoid, FLOAT_COMPLEX, "same"),
-    ("erf", torch.erf, FLOATING, "same"),
-    ("erfc", torch.erfc, FLOATING, "same"),
-    ("erfinv", torch.erfinv, FLOATING, "same"),
-    ("erfcx", torch.special.erfcx, FLOATING, "same"),
-    ("lgamma", torch.lgamma, FLOATING, "same"),
-    ("digamma", torch.digamma, FLOATING, "same"),
-    ("i0", torch.i0, FLOATING, "same"),
-    ("i0e", torch.special.i0e, FLOATING, "same"),
-    ("i1", torch.special.i1, FLOATING, "same"),
-    ("i1e", torch.special.i1e, FLOATING, "same"),
-    ("ndtri", torch.special.ndtri, FLOATING, "same"),
-    ("log_ndtr", torch.special.log_ndtr, FLOATING, "same"),
-    ("bessel_j0", torch.special.bessel_j0, FLOATING, "same"),
-    ("bessel_j1", torch.special.bessel_j1, FLOATING, "same"),
-    ("bessel_y0", torch.special.bessel_y0, FLOATING, "same"),
-    ("bessel_y1", torch.special.bessel_y1, FLOATING, "same"),
-    ("modified_bessel_i0", torch.special.modified_bessel_i0, FLOATING, "same"),
-    ("modified_bessel_i1", torch.special.modified_bessel_i1, FLOATING, "same"),
-    ("modified_bessel_k0", torch.special.modified_bessel_k0, FLOATING, "same"),
-    ("modified_bessel_k1", torch.special.modified_bessel_k1, FLOATING, "same"),
-    ("scaled_modified_bessel_k0", torch.special.scaled_modified_bessel_k0, FLOATING, "same"),
-    ("scaled_modified_bessel_k1", torch.special.scaled_modified_bessel_k1, FLOATING, "same"),
-    ("spherical_bessel_j0", torch.special.spherical_bessel_j0, FLOATING, "same"),
-    ("airy_ai", torch.special.airy_ai, FLOATING, "same"),
-    ("ceil", torch.ceil, FLOATING, "same"),
-    ("floor", torch.floor, FLOATING, "same"),
-    ("round", torch.round, FLOATING, "same"),
-    ("trunc", torch.trunc, FLOATING, "same"),
-    ("isfinite", torch.isfinite, FLOAT_COMPLEX, "bool"),
-    ("isnan", torch.isnan, FLOAT_COMPLEX, "bool"),
-    ("isinf", torch.isinf, FLOAT_COMPLEX, "bool"),
-    ("bitwise_not", torch.bitwise_not, INTEGRAL, "same"),
-    ("real", lambda a: torch.real(a).clone(), COMPLEX, "real"),
-    ("imag", lambda a: torch.imag(a).clone(), COMPLEX, "real"),
-    ("conj", torch.conj_physical, COMPLEX, "same"),
-    ("clone", torch.clone, ANY, "same"),  # a copy: what ceil/nan_to_num/... return for integers
+    ("abs", torch.abs, NUMERIC, "real", VJP(_abs_vjp)),
+    ("neg", torch.neg, NUMERIC, "same", VJP(lambda g, y, a: (P.neg(g),))),
+    ("sign", torch.sign, REAL, "same", ZERO),
+    ("sgn", torch.sgn, COMPLEX, "same", VJP(_sgn_vjp)),
+    ("signbit", torch.signbit, REAL, "bool", BOOL_RESULT),
+    ("reciprocal", torch.reciprocal, FLOAT_COMPLEX, "same", lambda a, y: P.neg(P.mul(y, y))),
+    ("sqrt", torch.sqrt, FLOAT_COMPLEX, "same", lambda a, y: P.div(0.5, y)),
+    ("rsqrt", torch.rsqrt, FLOAT_COMPLEX, "same", lambda a, y: P.mul(P.mul(y, P.mul(y, y)), -0.5)),
+    ("exp", torch.exp, FLOAT_COMPLEX, "same", lambda a, y: y),
+    ("exp2", torch.exp2, FLOAT_COMPLEX, "same", lambda a, y: P.mul(y, math.log(2))),
+    ("expm1", torch.expm1, FLOAT_COMPLEX, "same", lambda a, y: P.add(y, 1)),
+    ("log", torch.log, FLOAT_COMPLEX, "same", lambda a, y: P.reciprocal(a)),
+    ("log1p", torch.log1p, FLOAT_COMPLEX, "same", lambda a, y: P.reciprocal(P.add(a, 1))),
+    ("log2", torch.log2, FLOAT_COMPLEX, "same", lambda a, y: P.reciprocal(P.mul(a, math.log(2)))),
+    ("log10", torch.log10, FLOAT_COMPLEX, "same",
+     lambda a, y: P.reciprocal(P.mul(a, math.log(10)))),
+    ("sin", torch.sin, FLOAT_COMPLEX, "same", lambda a, y: P.cos(a)),
+    ("cos", torch.cos, FLOAT_COMPLEX, "same", lambda a, y: P.neg(P.sin(a))),
+    ("tan", torch.tan, FLOAT_COMPLEX, "same", lambda a, y: P.add(P.mul(y, y), 1)),
+    ("asin", torch.asin, FLOAT_COMPLEX, "same", lambda a, y: P.rsqrt(P.sub(1, P.mul(a, a)))),
+    ("acos", torch.acos, FLOAT_COMPLEX, "same", lambda a, y: P.neg(P.rsqrt(P.sub(1, P.mul(a, a))))),
+    ("atan", torch.atan, FLOAT_COMPLEX, "same", lambda a, y: P.reciprocal(P.add(P.mul(a, a), 1))),
+    ("sinh", torch.sinh, FLOAT_COMPLEX, "same", lambda a, y: P.cosh(a)),
+    ("cosh", torch.cosh, FLOAT_COMPLEX, "same", lambda a, y: P.sinh(a)),
+    ("tanh", torch.tanh, FLOAT_COMPLEX, "same", lambda a, y: P.sub(1, P.mul(y, y))),
+    ("asinh", torch.asinh, FLOAT_COMPLEX, "same", lambda a, y: P.rsqrt(P.add(P.mul(a, a), 1))),
+    ("acosh", torch.acosh, FLOAT_COMPLEX, "same",
+     lambda a, y: P.mul(P.rsqrt(P.sub(a, 1)), P.rsqrt(P.add(a, 1)))),
+    ("atanh", torch.atanh, FLOAT_COMPLEX, "same", lambda a, y: P.reciprocal(P.sub(1, P.mul(a, a)))),
+    ("sigmoid", torch.sigmoid, FLOAT_COMPLEX, "same", lambda a, y: P.mul(y, P.sub(1, y))),
+    ("erf", torch.erf, FLOATING, "same",
+     lambda a, y: P.mul(P.exp(P.neg(P.mul(a, a))), 2 / math.sqrt(math.pi))),
+    ("erfc", torch.erfc, FLOATING, "same",
+     lambda a, y: P.mul(P.exp(P.neg(P.mul(a, a))), -2 / math.sqrt(math.pi))),
+    ("erfinv", torch.erfinv, FLOATING, "same",
+     lambda a, y: P.mul(P.exp(P.mul(y, y)), math.sqrt(math.pi) / 2)),
+    ("erfcx", torch.special.erfcx, FLOATING, "same",
+     lambda a, y: P.sub(P.mul(P.mul(a, y), 2), 2 / math.sqrt(math.pi))),
+    ("lgamma", torch.lgamma, FLOATING, "same", lambda a, y: P.digamma(a)),
+    ("digamma", torch.digamma, FLOATING, "same", lambda a, y: P.polygamma(a, 1)),
+    ("i0", torch.i0, FLOATING, "same", lambda a, y: P.i1(a)),
+    ("i0e", torch.special.i0e, FLOATING, "same", lambda a, y: P.sub(P.i1e(a), P.mul(P.sign(a), y))),
+    ("i1", torch.special.i1, FLOATING, "same",
+     lambda a, y: _at_zero(a, 0.5, P.sub(P.i0(a), P.div(y, a)))),
+    ("i1e", torch.special.i1e, FLOATING, "same",
+     lambda a, y: _at_zero(a, 0.5, P.sub(P.i0e(a), P.mul(y, P.add(P.sign(a), P.reciprocal(a)))))),
+    ("ndtri", torch.special.ndtri, FLOATING, "same",
+     lambda a, y: P.mul(P.exp(P.mul(P.mul(y, y), 0.5)), math.sqrt(2 * math.pi))),
+    ("log_ndtr", torch.special.log_ndtr, FLOATING, "same",
+     lambda a, y: P.div(P.exp(P.sub(P.mul(P.mul(a, a), -0.5), y)), math.sqrt(2 * math.pi))),
+    ("bessel_j0", torch.special.bessel_j0, FLOATING, "same", NO_TORCH_DERIVATIVE),
+    ("bessel_j1", torch.special.bessel_j1, FLOATING, "same", NO_TORCH_DERIVATIVE),
+    ("bessel_y0", torch.special.bessel_y0, FLOATING, "same", NO_TORCH_DERIVATIVE),
+    ("bessel_y1", torch.special.bessel_y1, FLOATING, "same", NO_TORCH_DERIVATIVE),
+    ("modified_bessel_i0", torch.special.modified_bessel_i0, FLOATING, "same", NO_TORCH_DERIVATIVE),
+    ("modified_bessel_i1", torch.special.modified_bessel_i1, FLOATING, "same", NO_TORCH_DERIVATIVE),
+    ("modified_bessel_k0", torch.special.modified_bessel_k0, FLOATING, "same", NO_TORCH_DERIVATIVE),
+    ("modified_bessel_k1", torch.special.modified_bessel_k1, FLOATING, "same", NO_TORCH_DERIVATIVE),
+    ("scaled_modified_bessel_k0", torch.special.scaled_modified_bessel_k0, FLOATING, "same",
+     NO_TORCH_DERIVATIVE),
+    ("scaled_modified_bessel_k1", torch.special.scaled_modified_bessel_k1, FLOATING, "same",
+     NO_TORCH_DERIVATIVE),
+    ("spherical_bessel_j0", torch.special.spherical_bessel_j0, FLOATING, "same",
+     NO_TORCH_DERIVATIVE),
+    ("airy_ai", torch.special.airy_ai, FLOATING, "same", NO_TORCH_DERIVATIVE),
+    ("ceil", torch.ceil, FLOATING, "same", ZERO),
+    ("floor", torch.floor, FLOATING, "same", ZERO),
+    ("round", torch.round, FLOATING, "same", ZERO),
+    ("trunc", torch.trunc, FLOATING, "same", ZERO),
+    ("isfinite", torch.isfinite, FLOAT_COMPLEX, "bool", BOOL_RESULT),
+    ("isnan", torch.isnan, FLOAT_COMPLEX, "bool", BOOL_RESULT),
+    ("isinf", torch.isinf, FLOAT_COMPLEX, "bool", BOOL_RESULT),
+    ("bitwise_not", torch.bitwise_not, INTEGRAL, "same", INTEGER_ONLY),
+    ("real", lambda a: torch.real(a).clone(), COMPLEX, "real",
+     VJP(lambda g, y, a: (to_complex(g, a),))),
+    ("imag", lambda a: torch.imag(a).clone(), COMPLEX, "real",
+     VJP(lambda g, y, a: (P.complex(zeros_like(g), g),))),
+    ("conj", torch.conj_physical, COMPLEX, "same", VJP(lambda g, y, a: (P.conj(g),))),
+    # a copy: what ceil/nan_to_num/... return for integers
+    ("clone", torch.clone, ANY, "same", VJP(lambda g, y, a: (g,))),
 ]
 
 BINARY = [
-    ("add", torch.add, ANY, "same"),
-    ("sub", torch.sub, NUMERIC, "same"),
-    ("mul", torch.mul, ANY, "same"),
-    ("div", _int_div, NUMERIC, "same"),
-    ("remainder", torch.remainder, REAL_NUMERIC, "same"),
-    ("fmod", torch.fmod, REAL_NUMERIC, "same"),
-    ("pow", torch.pow, NUMERIC, "same"),
-    ("atan2", torch.atan2, FLOATING, "same"),
-    ("hypot", torch.hypot, FLOATING, "same"),
-    ("copysign", torch.copysign, FLOATING, "same"),
-    ("nextafter", torch.nextafter, FLOATING, "same"),
-    ("heaviside", torch.heaviside, REAL, "same"),
-    ("maximum", _maximum, REAL, "same"),
-    ("minimum", _minimum, REAL, "same"),
-    ("fmax", torch.fmax, REAL, "same"),
-    ("fmin", torch.fmin, REAL, "same"),
-    ("bitwise_and", torch.bitwise_and, INTEGRAL, "same"),
-    ("bitwise_or", torch.bitwise_or, INTEGRAL, "same"),
-    ("bitwise_xor", torch.bitwise_xor, INTEGRAL, "same"),
-    ("shift_left", torch.bitwise_left_shift, frozenset({I}), "same"),
-    ("shift_right", torch.bitwise_right_shift, frozenset({I}), "same"),
-    ("eq", torch.eq, ANY, "bool"),
-    ("ne", torch.ne, ANY, "bool"),
-    ("lt", torch.lt, REAL, "bool"),
-    ("le", torch.le, REAL, "bool"),
-    ("gt", torch.gt, REAL, "bool"),
-    ("ge", torch.ge, REAL, "bool"),
-    ("gcd", torch.gcd, frozenset({I}), "same"),
-    ("lcm", torch.lcm, frozenset({I}), "same"),
-    ("zeta", torch.special.zeta, FLOATING, "same"),
-    ("igamma", torch.igamma, FLOATING, "same"),
-    ("igammac", torch.igammac, FLOATING, "same"),
-    ("xlog1py", torch.special.xlog1py, FLOATING, "same"),
-    ("chebyshev_polynomial_t", torch.special.chebyshev_polynomial_t, FLOATING, "same"),
-    ("chebyshev_polynomial_u", torch.special.chebyshev_polynomial_u, FLOATING, "same"),
-    ("chebyshev_polynomial_v", torch.special.chebyshev_polynomial_v, FLOATING, "same"),
-    ("chebyshev_polynomial_w", torch.special.chebyshev_polynomial_w, FLOATING, "same"),
-    ("hermite_polynomial_h", torch.special.hermite_polynomial_h, FLOATING, "same"),
-    ("hermite_polynomial_he", torch.special.hermite_polynomial_he, FLOATING, "same"),
-    ("laguerre_polynomial_l", torch.special.laguerre_polynomial_l, FLOATING, "same"),
-    ("legendre_polynomial_p", torch.special.legendre_polynomial_p, FLOATING, "same"),
-    ("shifted_chebyshev_polynomial_t", torch.special.shifted_chebyshev_polynomial_t, FLOATING, "same"),
-    ("shifted_chebyshev_polynomial_u", torch.special.shifted_chebyshev_polynomial_u, FLOATING, "same"),
-    ("shifted_chebyshev_polynomial_v", torch.special.shifted_chebyshev_polynomial_v, FLOATING, "same"),
-    ("shifted_chebyshev_polynomial_w", torch.special.shifted_chebyshev_polynomial_w, FLOATING, "same"),
+    ("add", torch.add, ANY, "same", VJP(lambda g, y, a, b: (g, g))),
+    ("sub", torch.sub, NUMERIC, "same", VJP(lambda g, y, a, b: (g, P.neg(g)))),
+    ("mul", torch.mul, ANY, "same", (lambda a, b, y: b, lambda a, b, y: a)),
+    ("div", _int_div, NUMERIC, "same", VJP(_div_vjp)),
+    ("remainder", torch.remainder, REAL_NUMERIC, "same",
+     (lambda a, b, y: 1, lambda a, b, y: P.neg(P.floor(P.div(a, b))))),
+    ("fmod", torch.fmod, REAL_NUMERIC, "same",
+     (lambda a, b, y: 1, lambda a, b, y: P.neg(P.trunc(P.div(a, b))))),
+    ("pow", torch.pow, NUMERIC, "same", VJP(_pow_vjp)),
+    ("atan2", torch.atan2, FLOATING, "same",
+     (lambda a, b, y: P.div(b, _squares(a, b)), lambda a, b, y: P.div(P.neg(a), _squares(a, b)))),
+    ("hypot", torch.hypot, FLOATING, "same",
+     (lambda a, b, y: P.div(a, y), lambda a, b, y: P.div(b, y))),
+    ("copysign", torch.copysign, FLOATING, "same",
+     (lambda a, b, y: _at_zero(a, 0, P.div(y, a)), None)),
+    ("nextafter", torch.nextafter, FLOATING, "same", (lambda a, b, y: 1, None)),
+    ("heaviside", torch.heaviside, REAL, "same", TORCH_RAISES),
+    ("maximum", _maximum, REAL, "same", VJP(_extremum_vjp("gt"))),
+    ("minimum", _minimum, REAL, "same", VJP(_extremum_vjp("lt"))),
+    ("fmax", torch.fmax, REAL, "same", VJP(_fextremum_vjp("ge"))),
+    ("fmin", torch.fmin, REAL, "same", VJP(_fextremum_vjp("le"))),
+    ("bitwise_and", torch.bitwise_and, INTEGRAL, "same", INTEGER_ONLY),
+    ("bitwise_or", torch.bitwise_or, INTEGRAL, "same", INTEGER_ONLY),
+    ("bitwise_xor", torch.bitwise_xor, INTEGRAL, "same", INTEGER_ONLY),
+    ("shift_left", torch.bitwise_left_shift, frozenset({I}), "same", INTEGER_ONLY),
+    ("shift_right", torch.bitwise_right_shift, frozenset({I}), "same", INTEGER_ONLY),
+    ("eq", torch.eq, ANY, "bool", BOOL_RESULT),
+    ("ne", torch.ne, ANY, "bool", BOOL_RESULT),
+    ("lt", torch.lt, REAL, "bool", BOOL_RESULT),
+    ("le", torch.le, REAL, "bool", BOOL_RESULT),
+    ("gt", torch.gt, REAL, "bool", BOOL_RESULT),
+    ("ge", torch.ge, REAL, "bool", BOOL_RESULT),
+    ("gcd", torch.gcd, frozenset({I}), "same", INTEGER_ONLY),
+    ("lcm", torch.lcm, frozenset({I}), "same", INTEGER_ONLY),
+    ("zeta", torch.special.zeta, FLOATING, "same",
+     (TORCH_RAISES, lambda x, q, y: P.mul(P.neg(_t(x, q)), P.zeta(P.add(_t(x, q), 1), q)))),
+    ("igamma", torch.igamma, FLOATING, "same", (TORCH_RAISES, _igamma_dx)),
+    ("igammac", torch.igammac, FLOATING, "same",
+     (TORCH_RAISES, lambda a, x, y: P.neg(_igamma_dx(a, x, y)))),
+    ("xlog1py", torch.special.xlog1py, FLOATING, "same",
+     (lambda a, b, y: P.log1p(_t(b, a)), lambda a, b, y: P.div(a, P.add(b, 1)))),
+    ("chebyshev_polynomial_t", torch.special.chebyshev_polynomial_t, FLOATING, "same",
+     NO_TORCH_DERIVATIVE),
+    ("chebyshev_polynomial_u", torch.special.chebyshev_polynomial_u, FLOATING, "same",
+     NO_TORCH_DERIVATIVE),
+    ("chebyshev_polynomial_v", torch.special.chebyshev_polynomial_v, FLOATING, "same",
+     NO_TORCH_DERIVATIVE),
+    ("chebyshev_polynomial_w", torch.special.chebyshev_polynomial_w, FLOATING, "same",
+     NO_TORCH_DERIVATIVE),
+    ("hermite_polynomial_h", torch.special.hermite_polynomial_h, FLOATING, "same",
+     NO_TORCH_DERIVATIVE),
+    ("hermite_polynomial_he", torch.special.hermite_polynomial_he, FLOATING, "same",
+     NO_TORCH_DERIVATIVE),
+    ("laguerre_polynomial_l", torch.special.laguerre_polynomial_l, FLOATING, "same",
+     NO_TORCH_DERIVATIVE),
+    ("legendre_polynomial_p", torch.special.legendre_polynomial_p, FLOATING, "same",
+     NO_TORCH_DERIVATIVE),
+    ("shifted_chebyshev_polynomial_t", torch.special.shifted_chebyshev_polynomial_t, FLOATING, "same",
+     NO_TORCH_DERIVATIVE),
+    ("shifted_chebyshev_polynomial_u", torch.special.shifted_chebyshev_polynomial_u, FLOATING, "same",
+     NO_TORCH_DERIVATIVE),
+    ("shifted_chebyshev_polynomial_v", torch.special.shifted_chebyshev_polynomial_v, FLOATING, "same",
+     NO_TORCH_DERIVATIVE),
+    ("shifted_chebyshev_polynomial_w", torch.special.shifted_chebyshev_polynomial_w, FLOATING, "same",
+     NO_TORCH_DERIVATIVE),
 ]
 
 TERNARY = []  # where is defined in prims.structural: its predicate is bool, not the data dtype
@@ -181,10 +307,12 @@ def _make(name, impl, allowed, result):
 
 
 PRIMS = {}
+DERIVATIVES = {}  # name -> VJP rule or NotDifferentiable mark
 for _arity, _table in ((1, UNARY), (2, BINARY)):
-    for _name, _impl, _allowed, _result in _table:
+    for _name, _impl, _allowed, _result, _derivative in _table:
         PRIMS[_name] = _make(_name, _impl, _allowed, _result)
         ARITY[_name] = _arity
+        DERIVATIVES[_name] = elementwise_rule(_derivative, _arity)
 
 globals().update(PRIMS)
 __all__ = list(PRIMS)

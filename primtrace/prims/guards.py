@@ -14,6 +14,7 @@ import torch
 
 from primtrace import dtypes
 from primtrace.ir.symbol import Symbol, SymbolKind
+from primtrace.prims.differentiation import GUARD
 
 
 
@@ -80,3 +81,6 @@ check_item_fits = Symbol(
     impl=_check_item_fits, tags=frozenset({"guard"}), module="prims",
     doc="Raise eager's overflow error if a 0-dim tensor's value (read with item(), as eager "
         "reads a masked_fill value) does not convert to dtype.")
+
+
+DERIVATIVES = {"check_fits": GUARD, "check_item_fits": GUARD}

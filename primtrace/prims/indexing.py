@@ -15,7 +15,10 @@ import torch
 from primtrace.ir.proxy import TensorSpec
 from primtrace.ir.strides import contiguous_strides, dense_strides
 from primtrace.ir.symbol import Symbol, SymbolKind
+from primtrace.prims.differentiation import (GUARD, NotDifferentiable, P, conjugated, filled_like,
+                                             zeros_like)
 from primtrace.prims.meta import PrimContractError, elementwise_strides, is_number, is_tensor
+from primtrace.prims.views import copied, reshaped, sum_to
 
 INDEX_DTYPES = (torch.int32, torch.int64)
 
@@ -261,3 +264,107 @@ check_indices = Symbol(
 PRIMS = {s.name: s for s in (index_select, gather, take, index, scatter, index_add, index_copy,
                              index_fill, index_put_, check_targets, check_indices)}
 __all__ = list(PRIMS)
+
+
+# --- derivatives -------------------------------------------------------------------------------
+def _index_select_vjp(g, y, a, dim, index):
+    """The selected slices added back at their indices (repeats accumulate)."""
+    if a.ndim == 0:
+        return P.sum(g, tuple(range(g.ndim))), None, None
+    n = index.numel()
+    source = reshaped(g, (*a.shape[:dim], n, *a.shape[dim + 1:]))
+    return P.index_add(zeros_like(a), dim, reshaped(index, (n,)), source, 1), None, None
+
+
+def _take_vjp(g, y, a, index):
+    """Added into a's elements in row-major order (negative indices count from the end)."""
+    n = a.numel()
+    flat_index = reshaped(index, (index.numel(),))
+    flat_index = P.where(P.lt(flat_index, 0), P.add(flat_index, n), flat_index)
+    flat = P.full((n,), 0, dtype=a.dtype, device=a.device)
+    flat = P.scatter(flat, 0, flat_index, reshaped(g, (g.numel(),)), reduce="sum")
+    return reshaped(flat, tuple(a.shape)), None
+
+
+def _index_vjp(g, y, a, indices):
+    """Added into zeros at a[indices] (index_put_ with accumulate, on a new tensor)."""
+    zeros = P.full(tuple(a.shape), 0, dtype=a.dtype, device=a.device)
+    return P.index_put_(zeros, indices, g, True), None
+
+
+def _index_put_vjp(g, y, a, indices, values, accumulate=False):
+    """The result is `a` with `values` (broadcast) written, or added, at a[indices]: `values`
+    gets g there; `a` gets g, zeroed there unless added to."""
+    grad_values = sum_to(P.index(g, indices), tuple(values.shape))
+    if accumulate:
+        return g, None, grad_values, None
+    zero = P.full((), 0, dtype=g.dtype, device=g.device)
+    return P.index_put_(copied(g), indices, zero, False), None, grad_values, None
+
+
+def _scatter_vjp(g, y, a, dim, index, src, *, reduce=None, include_self=True):
+    """As torch differentiates scatter and scatter_reduce: an overwrite hides a's values at
+    the written positions; a sum passes g to both; a mean shares g by the counts; amax and
+    amin share g evenly among the values equal to the result. prod is not written."""
+    if reduce == "prod":
+        mark = NotDifferentiable("scatter with reduce='prod': not written")
+        return mark, None, None, mark
+    ones = filled_like(src, 1, g.dtype)
+    written = P.ne(P.scatter(filled_like(a, 0, g.dtype), dim, index, ones, reduce="sum"), 0)
+    kept = include_self and reduce is not None   # a's values at the written positions count
+    if reduce in (None, "sum"):
+        shared = g
+    elif reduce == "mean":
+        count = P.scatter(filled_like(a, 1 if include_self else 0, g.dtype), dim, index, ones,
+                          reduce="sum")
+        shared = P.div(g, P.where(P.eq(count, 0), 1, count))
+    else:   # amax, amin; torch counts a's tie without include_self too, then drops its share
+        a_is = P.eq(a, y)
+        src_is = P.eq(_written_part(src, index), P.gather(y, dim, index))
+        count = P.scatter(P.convert_element_type(a_is, g.dtype), dim, index,
+                          P.convert_element_type(src_is, g.dtype), reduce="sum")
+        shared = P.div(g, count)
+        grad_a = P.where(a_is, shared, 0)
+        return (grad_a if include_self else P.where(written, 0, grad_a), None, None,
+                _as_src(P.where(src_is, P.gather(shared, dim, index), 0), src))
+    grad_a = shared if kept else P.where(written, 0, shared)
+    return grad_a, None, None, _as_src(P.gather(shared, dim, index), src)
+
+
+def _written_part(src, index):
+    """The part of `src` scatter reads: index's shape from its start."""
+    if tuple(src.shape) == tuple(index.shape):
+        return src
+    return P.slice(src, (0,) * src.ndim, tuple(index.shape), (1,) * src.ndim)
+
+
+def _as_src(t, src):
+    """A cotangent of the part scatter reads, zero-padded to src's shape."""
+    if tuple(t.shape) == tuple(src.shape):
+        return t
+    return P.pad(t, 0, tuple((0, n - m, 0) for n, m in zip(src.shape, t.shape)))
+
+
+def _index_add_vjp(g, y, a, dim, index, source, alpha):
+    return g, None, None, P.mul(P.index_select(g, dim, index), conjugated(alpha)), None
+
+
+def _index_copy_vjp(g, y, a, dim, index, source):
+    return P.index_fill(g, dim, index, 0), None, None, P.index_select(g, dim, index)
+
+
+DERIVATIVES = {
+    "index_select": _index_select_vjp,
+    "gather": lambda g, y, a, dim, index: (
+        P.scatter(zeros_like(a), dim, index, g, reduce="sum"), None, None),
+    "take": _take_vjp,
+    "index": _index_vjp,
+    "scatter": _scatter_vjp,
+    "index_add": _index_add_vjp,
+    "index_copy": _index_copy_vjp,
+    "index_fill": lambda g, y, a, dim, index, value: (P.index_fill(g, dim, index, 0), None,
+                                                      None, None),
+    "index_put_": _index_put_vjp,
+    "check_targets": GUARD,
+    "check_indices": GUARD,
+}

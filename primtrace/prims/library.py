@@ -49,6 +49,7 @@ from primtrace import dtypes
 from primtrace.ir.proxy import TensorSpec
 from primtrace.ir.strides import contiguous_strides, matches_dense
 from primtrace.ir.symbol import Symbol, SymbolKind
+from primtrace.prims.differentiation import P, by_torch_autograd, takes_wanted
 from primtrace.prims.meta import PrimContractError, is_tensor
 
 __all__ = ["convolution", "max_pool", "avg_pool", "adaptive_avg_pool", "adaptive_max_pool",
@@ -651,3 +652,20 @@ svdvals = _prim(
 
 PRIMS = {s.name: s for s in (convolution, max_pool, avg_pool, adaptive_avg_pool, adaptive_max_pool,
                               grouped_mm, svd, svdvals)}
+
+
+# --- derivatives: torch's backward kernels (prims.library_grads) ---------------------------------
+@takes_wanted
+def _convolution_vjp(g, y, input, weight, bias, stride, padding, dilation, transposed,
+                     output_padding, groups, *, wanted):
+    bias_shape = tuple(bias.shape) if bias is not None else ()
+    mask = (wanted[0], wanted[1], bias is not None and wanted[2])
+    grads = P.convolution_backward(g, input, weight, bias_shape, stride, padding, dilation,
+                                   transposed, output_padding, groups, mask)
+    return (*grads, None, None, None, None, None, None)
+
+
+DERIVATIVES = {"convolution": _convolution_vjp,
+               **{name: by_torch_autograd(name) for name in ("max_pool", "avg_pool", "adaptive_avg_pool",
+                                                     "adaptive_max_pool", "grouped_mm", "svd",
+                                                     "svdvals")}}

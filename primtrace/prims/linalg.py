@@ -14,7 +14,9 @@ from primtrace import dtypes
 from primtrace.ir.proxy import TensorSpec
 from primtrace.ir.strides import contiguous_strides
 from primtrace.ir.symbol import Symbol, SymbolKind
+from primtrace.prims.differentiation import P, conjugated
 from primtrace.prims.meta import PrimContractError, is_tensor
+from primtrace.prims.views import sum_to
 
 
 def _prim(name, meta, impl, tags, doc):
@@ -88,3 +90,27 @@ matmul = _prim("matmul", _matmul_meta, torch.matmul, ("linalg",),
 
 PRIMS = {s.name: s for s in (matmul,)}
 __all__ = list(PRIMS)
+
+
+# --- derivatives -------------------------------------------------------------------------------
+def _matrix_transpose(t):
+    return P.permute(t, (*range(t.ndim - 2), t.ndim - 1, t.ndim - 2))
+
+
+def _matmul_vjp(g, y, a, b):
+    """As matrices (a vector operand is a 1-row or 1-column matrix): g @ b^H and a^H @ g,
+    summed down over the batch dims an operand was broadcast along."""
+    a2 = a if a.ndim > 1 else P.unsqueeze(a, 0)
+    b2 = b if b.ndim > 1 else P.unsqueeze(b, 1)
+    g2 = g if a.ndim > 1 else P.unsqueeze(g, max(g.ndim - (b.ndim > 1), 0))
+    g2 = g2 if b.ndim > 1 else P.unsqueeze(g2, g2.ndim)
+    grad_a = sum_to(P.matmul(g2, conjugated(_matrix_transpose(b2))), tuple(a2.shape))
+    grad_b = sum_to(P.matmul(conjugated(_matrix_transpose(a2)), g2), tuple(b2.shape))
+    if a.ndim == 1:
+        grad_a = P.squeeze(grad_a, (0,))
+    if b.ndim == 1:
+        grad_b = P.squeeze(grad_b, (1,))
+    return grad_a, grad_b
+
+
+DERIVATIVES = {"matmul": _matmul_vjp}

@@ -14,6 +14,7 @@ import torch
 from primtrace.ir.proxy import TensorSpec
 from primtrace.ir.strides import contiguous_strides
 from primtrace.ir.symbol import Symbol, SymbolKind
+from primtrace.prims.differentiation import RANDOM
 from primtrace.prims.meta import PrimContractError, is_number
 
 #: name -> (parameter names, the in-place Tensor method that fills, what it draws)
@@ -51,5 +52,6 @@ def _make(name, params, method, what):
 
 
 PRIMS = {name: _make(name, *row) for name, row in DISTRIBUTIONS.items()}
+DERIVATIVES = dict.fromkeys(PRIMS, RANDOM)
 globals().update(PRIMS)
 __all__ = list(PRIMS)

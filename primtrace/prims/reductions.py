@@ -9,6 +9,8 @@ is a copy. amax and amin refuse an empty reduction, as eager does.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from primtrace import dtypes
@@ -16,6 +18,7 @@ from primtrace.dtypes import Category
 from primtrace.ir.proxy import TensorSpec
 from primtrace.ir.strides import contiguous_strides
 from primtrace.ir.symbol import Symbol, SymbolKind
+from primtrace.prims.differentiation import P, conjugated, to_complex, zeros_like
 from primtrace.prims.meta import PrimContractError, is_number, is_tensor
 
 B, I, F, C = Category.BOOL, Category.INTEGER, Category.FLOATING, Category.COMPLEX
@@ -113,3 +116,76 @@ var = _prim("var", _var_meta, _var_impl,
 
 PRIMS = {s.name: s for s in (sum, prod, amax, amin, var)}
 __all__ = list(PRIMS)
+
+
+# --- derivatives -------------------------------------------------------------------------------
+def restore_dims(t, a, dims):
+    """`t`, a reduction of `a` over `dims`, broadcast back to a's shape."""
+    kept = tuple(d for d in range(a.ndim) if d not in dims)
+    return P.broadcast_in_dim(t, tuple(a.shape), kept)
+
+
+def _count(a, dims) -> int:
+    n = 1
+    for d in dims:
+        n *= a.shape[d]
+    return n
+
+
+def _extreme_vjp(g, y, a, dims):
+    """torch's amax/amin derivative: g shared evenly among the elements equal to the result
+    (none where the result is NaN)."""
+    hits = P.eq(a, restore_dims(y, a, dims))
+    count = P.sum(P.convert_element_type(hits, g.dtype), dims)
+    return P.where(hits, restore_dims(P.div(g, count), a, dims), 0), None
+
+
+def _var_vjp(g, y, a, dims, *, correction):
+    """2 (a - mean) / (N - correction) * g; N is the number of reduced elements."""
+    n = _count(a, dims)
+    mean = restore_dims(P.div(P.sum(a, dims), n), a, dims)
+    scale = P.mul(to_complex(g, a), 2 / (n - correction) if n != correction else math.inf)
+    return P.mul(restore_dims(scale, a, dims), P.sub(a, mean)), None
+
+
+def _products_of_others(a, dim):
+    """Per element, the product of the others along `dim`, exact with zeros: the running
+    product before it times the running product after it (torch's prod_safe_zeros)."""
+    n = a.shape[dim]
+    ones_shape = tuple(1 if d == dim else s for d, s in enumerate(a.shape))
+    ones = P.full(ones_shape, 1, dtype=a.dtype, device=a.device)
+
+    def part(start, stop):
+        starts = tuple(start if d == dim else 0 for d in range(a.ndim))
+        stops = tuple(stop if d == dim else s for d, s in enumerate(a.shape))
+        return P.slice(a, starts, stops, (1,) * a.ndim)
+    before = P.cumprod(P.cat([ones, part(0, n - 1)], dim), dim)
+    after = P.flip(P.cumprod(P.flip(P.cat([part(1, n), ones], dim), (dim,)), dim), (dim,))
+    return P.mul(before, after)
+
+
+def _prod_vjp(g, y, a, dims):
+    """One dim at a time (the last first), each by the products of the others."""
+    if not dims:
+        return g, None
+    if a.ndim == 0:
+        return g, None
+    inner = P.prod(a, dims[:-1]) if len(dims) > 1 else a
+    dim = dims[-1] - (len(dims) - 1)   # dims[-1]'s position once dims[:-1] are reduced
+    if inner.shape[dim] == 0:
+        grad_inner = zeros_like(inner)
+    else:
+        grad_inner = P.mul(restore_dims(g, inner, (dim,)),
+                           conjugated(_products_of_others(inner, dim)))
+    if len(dims) == 1:
+        return grad_inner, None
+    return _prod_vjp(grad_inner, inner, a, dims[:-1])[0], None
+
+
+DERIVATIVES = {
+    "sum": lambda g, y, a, dims: (restore_dims(g, a, dims), None),
+    "prod": _prod_vjp,
+    "amax": _extreme_vjp,
+    "amin": _extreme_vjp,
+    "var": _var_vjp,
+}

@@ -14,6 +14,7 @@ from primtrace import dtypes
 from primtrace.ir.proxy import TensorSpec
 from primtrace.ir.strides import contiguous_strides
 from primtrace.ir.symbol import Symbol, SymbolKind
+from primtrace.prims.differentiation import INDEX_RESULT, P, conjugated
 from primtrace.prims.meta import PrimContractError, is_tensor
 
 
@@ -80,3 +81,32 @@ argmin = _prim("argmin", _arg_meta("argmin"),
 
 PRIMS = {s.name: s for s in (cumsum, cumprod, argmax, argmin)}
 __all__ = list(PRIMS)
+
+
+# --- derivatives -------------------------------------------------------------------------------
+def _reverse_cumsum(t, dim):
+    if t.ndim == 0:
+        return t
+    return P.flip(P.cumsum(P.flip(t, (dim,)), dim), (dim,))
+
+
+def _cumprod_vjp(g, y, a, dim):
+    """Exact with zeros. Before the first zero along `dim`, sum over the later positions of
+    g * y, divided by a; at the first zero, the same sum over the running product with that
+    zero read as 1; after it, nothing (every product holds the zero)."""
+    if a.ndim == 0:
+        return g, None
+    zeros_so_far = P.cumsum(P.convert_element_type(P.eq(a, 0), torch.int64), dim)
+    first_zero = P.bitwise_and(P.eq(a, 0), P.eq(zeros_so_far, 1))
+    before = P.div(_reverse_cumsum(P.mul(g, conjugated(y)), dim), conjugated(a))
+    skipping_it = P.cumprod(P.where(first_zero, 1, a), dim)
+    at = _reverse_cumsum(P.mul(g, conjugated(skipping_it)), dim)
+    return P.where(P.eq(zeros_so_far, 0), before, P.where(first_zero, at, 0)), None
+
+
+DERIVATIVES = {
+    "cumsum": lambda g, y, a, dim: (_reverse_cumsum(g, dim), None),
+    "cumprod": _cumprod_vjp,
+    "argmax": INDEX_RESULT,
+    "argmin": INDEX_RESULT,
+}

@@ -30,6 +30,7 @@ from primtrace import dtypes
 from primtrace.ir.proxy import TensorSpec
 from primtrace.ir.strides import contiguous_strides
 from primtrace.ir.symbol import Symbol, SymbolKind
+from primtrace.prims.differentiation import GUARD, by_torch_autograd
 from primtrace.prims.meta import PrimContractError, is_tensor
 
 __all__ = ["fft_r2c", "fft_c2c", "fft_c2r", "check_overlap_add"]
@@ -122,3 +123,5 @@ check_overlap_add = _prim(
     "in magnitude (NOLA fails); `what` starts the message.", tags=("guard",))
 
 PRIMS = {s.name: s for s in (fft_r2c, fft_c2c, fft_c2r, check_overlap_add)}
+DERIVATIVES = {**{name: by_torch_autograd(name) for name in ("fft_r2c", "fft_c2c", "fft_c2r")},
+               "check_overlap_add": GUARD}

@@ -7,6 +7,7 @@ from primtrace import dtypes
 from primtrace.ir.proxy import NumberSpec, TensorSpec, Unknown
 from primtrace.ir.strides import contiguous_strides
 from primtrace.ir.symbol import Symbol, SymbolKind
+from primtrace.prims.differentiation import CREATION, NotDifferentiable, P
 from primtrace.prims.meta import (ANY_CATEGORY, PrimContractError, elementwise_meta,
                                   elementwise_strides, is_number, is_tensor)
 
@@ -212,3 +213,50 @@ item = _prim("item", _item_meta, torch.Tensor.item, tags=(),
 
 PRIMS = {s.name: s for s in (convert_element_type, broadcast_in_dim, full, iota, where,
                              copy_to, resize, polygamma, complex_, full_like, full_strided, item)}
+
+
+# --- derivatives -------------------------------------------------------------------------------
+def _convert_vjp(g, y, a, dtype):
+    """The cotangent converted back; complex -> real drops the imaginary part as torch does."""
+    if g.dtype.is_complex and not a.dtype.is_complex:
+        g = P.real(g)
+    return P.convert_element_type(g, a.dtype), None
+
+
+def _broadcast_vjp(g, y, a, shape, broadcast_dimensions):
+    """The sum over the dims `a` was broadcast along (new dims, and size-1 dims that grew),
+    viewed back with a's size-1 dims."""
+    kept = dict(zip(broadcast_dimensions, range(a.ndim)))
+    summed = tuple(d for d in range(len(shape))
+                   if d not in kept or a.shape[kept[d]] != shape[d])
+    if not summed:
+        return (g, None, None)
+    total = P.sum(g, summed)
+    remaining = tuple(kept[d] for d in range(len(shape)) if d not in summed)
+    if len(remaining) == a.ndim:
+        return total, None, None
+    return P.broadcast_in_dim(total, tuple(a.shape), remaining), None, None
+
+
+def _where_vjp(g, y, pred, a, b):
+    return None, P.where(pred, g, 0), P.where(pred, 0, g)
+
+
+def _complex_vjp(g, y, real, imag):
+    return P.real(g), P.imag(g)
+
+
+DERIVATIVES = {
+    "convert_element_type": _convert_vjp,
+    "broadcast_in_dim": _broadcast_vjp,
+    "where": _where_vjp,
+    "polygamma": lambda g, y, a, n: (P.mul(g, P.polygamma(a, n + 1)), None),
+    "complex": _complex_vjp,
+    "full": CREATION, "iota": CREATION, "full_like": CREATION, "full_strided": CREATION,
+    # copy_to's result is the written tensor, whose values are src's (dst's are overwritten);
+    # a later read of the memory dst views goes through prims.aliased (views.py)
+    "copy_to": lambda g, y, dst, src: (None, g),
+    "resize": NotDifferentiable("it resizes an out= tensor, whose values are then undefined"),
+    "item": NotDifferentiable("its result is a Python number, read when the trace runs",
+                              stops=True),
+}

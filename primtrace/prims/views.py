@@ -12,7 +12,9 @@ a real view (``_base``, storage and autograd as in eager):
 - ``diagonal(a, offset, dim1, dim2)``, ``unfold(a, dim, size, step)``;
 - ``as_strided(a, shape, strides, storage_offset)`` (None: a's own offset).
 
-Copies: ``cat(tensors, dim)``, ``flip(a, dims)``. And ``aliased(a, write)``: `a` itself,
+Copies: ``cat(tensors, dim)``, ``flip(a, dims)``, ``pad(a, value, config)`` (a new tensor
+of `value` with `a` written at every (interior + 1)-th position after `low` per dim:
+slice's transpose, as lax.pad). And ``aliased(a, write)``: `a` itself,
 read after `write` (the result of an in-place prim on memory `a` shares); a no-op at run
 time that orders later reads of `a` after the write in the dataflow.
 
@@ -29,6 +31,8 @@ import torch
 from primtrace.ir.proxy import TensorSpec
 from primtrace.ir.strides import contiguous_strides, dense_strides
 from primtrace.ir.symbol import Symbol, SymbolKind
+from primtrace.prims.differentiation import (WRITES_THROUGH_VIEWS, NotDifferentiable, P,
+                                             zeros_like)
 from primtrace.prims.meta import PrimContractError, elementwise_strides, is_tensor
 
 #: the dim order of channels_last (4-d) and channels_last_3d (5-d) layouts, outermost first
@@ -332,7 +336,160 @@ flip = _prim("flip", _flip_meta, lambda a, dims: torch.flip(a, tuple(dims)),
              tags=("copy",))
 
 
+def _pad_shape(shape, config) -> tuple:
+    return tuple(low + high + n + max(n - 1, 0) * interior
+                 for n, (low, high, interior) in zip(shape, config))
+
+
+def _pad_meta(a, value, config):
+    _tensor("pad", a)
+    config = tuple(tuple(c) for c in config)
+    if len(config) != a.ndim or any(len(c) != 3 or any(type(v) is not int or v < 0 for v in c)
+                                    for c in config):
+        raise PrimContractError(f"prims.pad: config must hold one (low, high, interior) of "
+                                f"non-negative ints per dim, got {config!r}")
+    shape = _pad_shape(a.shape, config)
+    return _spec(a, shape, contiguous_strides(shape))
+
+
+def _pad_impl(a, value, config):
+    out = torch.full(_pad_shape(a.shape, config), value, dtype=a.dtype, device=a.device)
+    out[tuple(builtins.slice(low, low + max(n - 1, 0) * (interior + 1) + 1, interior + 1)
+              for n, (low, high, interior) in zip(a.shape, config))] = a
+    return out
+
+
+pad = _prim("pad", _pad_meta, _pad_impl,
+            "A new contiguous tensor filled with `value` and `a` written at low + i * (interior + "
+            "1) per dim, `high` positions after its last element; config is one (low, high, "
+            "interior) of non-negative ints per dim (lax.pad without negative padding).",
+            tags=("copy",))
+
+
+# --- derivatives -------------------------------------------------------------------------------
+def copied(t, strides=None):
+    """A new tensor holding t's values, row-major or with the given dense strides (a new
+    tensor written whole, which a rule may then write into)."""
+    strides = contiguous_strides(t.shape) if strides is None else tuple(strides)
+    new = P.full_strided(tuple(t.shape), strides, 0, dtype=t.dtype, device=t.device)
+    return P.copy_to(new, t)
+
+
+def contiguous(t):
+    """`t` laid out row-major: itself, or a copy."""
+    return t if tuple(t.stride()) == contiguous_strides(t.shape) else copied(t)
+
+
+def reshaped(t, shape):
+    """`t` with `shape`: a view, of a row-major copy where t's strides allow none."""
+    if compute_stride(t.shape, t.stride(), shape) is None:
+        t = contiguous(t)
+    return P.reshape_view(t, tuple(shape))
+
+
+def sum_to(t, shape):
+    """`t` summed down to `shape`, which broadcasts to t's shape (leading dims and size-1 dims
+    that grew): the cotangent of a broadcast."""
+    lead = t.ndim - len(shape)
+    summed = tuple(d for d in range(t.ndim) if d < lead or shape[d - lead] != t.shape[d])
+    if not summed:
+        return t
+    total = P.sum(t, summed)
+    kept = tuple(d - lead for d in range(t.ndim) if d not in summed)
+    if len(kept) == len(shape):
+        return total
+    return P.broadcast_in_dim(total, tuple(shape), kept)
+
+
+def _inverse(perm) -> tuple:
+    inverse = [0] * len(perm)
+    for i, d in enumerate(perm):
+        inverse[d] = i
+    return tuple(inverse)
+
+
+def _slice_vjp(g, y, a, starts, stops, steps):
+    """slice's transpose: g padded with zeros back to a's positions."""
+    if g.numel() == 0:
+        return zeros_like(a), None, None, None
+    config = tuple((b, n - b - (m - 1) * k - 1, k - 1)
+                   for n, m, b, k in zip(a.shape, g.shape, starts, steps))
+    return P.pad(g, 0, config), None, None, None
+
+
+def _pad_vjp(g, y, a, value, config):
+    """pad's transpose: the positions `a` was written at."""
+    starts = tuple(low for low, _, _ in config)
+    stops = tuple(low + max(n - 1, 0) * (i + 1) + (1 if n else 0)
+                  for n, (low, _, i) in zip(a.shape, config))
+    return P.slice(g, starts, stops, tuple(i + 1 for _, _, i in config)), None, None
+
+
+def _cat_vjp(g, y, tensors, dim):
+    grads, start = [], 0
+    for t in tensors:
+        stop = start + t.shape[dim]
+        grads.append(P.slice(g, tuple(start if d == dim else 0 for d in range(g.ndim)),
+                             tuple(stop if d == dim else n for d, n in enumerate(g.shape)),
+                             (1,) * g.ndim))
+        start = stop
+    return grads, None
+
+
+def _diagonal_vjp(g, y, a, offset, dim1, dim2):
+    """g written on the diagonal of zeros (a new tensor written through its diagonal view)."""
+    zeros = P.full(tuple(a.shape), 0, dtype=a.dtype, device=a.device)
+    written = P.copy_to(P.diagonal(zeros, offset, dim1, dim2), g)
+    return P.aliased(zeros, written), None, None, None
+
+
+def _unfold_vjp(g, y, a, dim, size, step):
+    """Each window's elements added back at their positions: window i, element j at
+    i * step + j along `dim` (overlapping windows accumulate)."""
+    if a.ndim == 0:
+        return P.sum(g, (0,)), None, None, None
+    windows = g.shape[dim]
+    last = g.ndim - 1
+    perm = (*range(dim + 1), last, *range(dim + 1, last))
+    flat_shape = (*a.shape[:dim], windows * size, *a.shape[dim + 1:])
+    source = reshaped(P.permute(g, perm), flat_shape)
+    starts = P.broadcast_in_dim(
+        P.iota(windows, start=0, step=step, dtype=torch.int64, device=a.device),
+        (windows, size), (0,))
+    offsets = P.broadcast_in_dim(
+        P.iota(size, start=0, step=1, dtype=torch.int64, device=a.device), (windows, size), (1,))
+    index = P.reshape_view(P.add(starts, offsets), (windows * size,))
+    return P.index_add(zeros_like(a), dim, index, source, 1), None, None, None
+
+
+def _expand_vjp(g, y, a, shape):
+    return sum_to(g, tuple(a.shape)), None
+
+
+def _squeeze_vjp(g, y, a, dims):
+    kept = tuple(d for d in range(a.ndim) if d not in dims)
+    return P.broadcast_in_dim(g, tuple(a.shape), kept), None
+
+
+DERIVATIVES = {
+    "reshape_view": lambda g, y, a, shape: (reshaped(g, tuple(a.shape)), None),
+    "permute": lambda g, y, a, perm: (P.permute(g, _inverse(perm)), None),
+    "slice": _slice_vjp,
+    "squeeze": _squeeze_vjp,
+    "unsqueeze": lambda g, y, a, dim: (P.squeeze(g, (dim,)), None),
+    "expand": _expand_vjp,
+    "diagonal": _diagonal_vjp,
+    "unfold": _unfold_vjp,
+    "as_strided": NotDifferentiable(
+        "it addresses storage, which a trace does not know (torch's as_strided_backward "
+        "works on the base's storage geometry): not written"),
+    "aliased": WRITES_THROUGH_VIEWS,
+    "cat": _cat_vjp,
+    "flip": lambda g, y, a, dims: (P.flip(g, dims), None),
+    "pad": _pad_vjp,
+}
+
 VIEWS = (reshape_view, permute, slice, squeeze, unsqueeze, expand, diagonal, unfold, as_strided,
          aliased)
-PRIMS = {s.name: s for s in (*VIEWS, cat, flip)}
+PRIMS = {s.name: s for s in (*VIEWS, cat, flip, pad)}
 __all__ = list(PRIMS) + ["compute_stride", "expand_strides", "unsqueeze_stride", "cat_strides"]

@@ -1,0 +1,194 @@
+"""The backward trace of a forward trace of prims, from each prim's VJP rule.
+
+The forward nodes are walked in reverse; each node some cotangent reaches has its rule
+(``primtrace.prims.VJP_RULES``) called on its own proxies while the backward trace records,
+so the backward is a trace of prims like any other (the executors run and fuse it). The
+cotangents of a value read by several nodes are summed; nodes on no path from a
+differentiated input to an output are skipped, what the rules made but no gradient needs is
+dropped, and what two rules compute alike is computed once (CSE).
+
+The backward trace reads forward values by their proxies: those are its first inputs
+(``tags["saved"]``, in the order it first reads them), then one cotangent per differentiable
+output some gradient depends on (``tags["cotangents"]``; a value returned twice has one,
+which the caller sums). An opaque torch call on the way (an op without a ref) is
+differentiated by torch's autograd over the call, run again (``prims.library_vjp``).
+:func:`forward_with_saved` gives the forward trace that also
+returns them. Which values to save and which to recompute (a min-cut), and the
+torch.autograd.Function glue, are left to the caller.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from primtrace import prims
+from primtrace.autodiff.writes import aliased_vjp
+from primtrace.ir.kinds import SymbolKind
+from primtrace.ir.proxy import Proxy, TensorProxy
+from primtrace.ir.trace import Node, Trace, tracing
+from primtrace.ir.tree import proxies_in, tree_flatten
+from primtrace.prims.differentiation import NotDifferentiable, NotDifferentiableError, vjp
+from primtrace.tracer.passes import cse
+
+#: opaque torch calls whose result carries no gradient (a trace keeps them as calls)
+STOP_GRADIENT = frozenset({"detach"})
+
+
+class Backward(NamedTuple):
+    """The backward trace and what its inputs and outputs stand for."""
+    trace: Trace            # (*saved, *cotangents) -> one gradient (or None) per wrt
+    saved: list             # forward proxies the backward reads
+    cotangents: list        # (forward output, its cotangent input proxy), per distinct output
+    wrt: list               # the forward inputs differentiated, in the gradients' order
+
+
+def differentiable(p) -> bool:
+    return isinstance(p, TensorProxy) and (p.dtype.is_floating_point or p.dtype.is_complex)
+
+
+def backward_trace(forward: Trace, wrt=None) -> Backward:
+    """The backward of `forward` (a prims trace) for the gradients of the inputs `wrt`
+    (proxies among forward.inputs; default: every floating and complex tensor input)."""
+    nodes = forward.flat_nodes()
+    wrt = [p for p in forward.inputs if differentiable(p)] if wrt is None else list(wrt)
+    outputs = [p for p in proxies_in(forward.outputs) if differentiable(p)]
+    active = _active(nodes, wrt, outputs)
+    trace = Trace(f"{forward.name}_backward")
+    trace._counter = forward._counter   # fresh names never clash with the forward's
+    cotangent: dict[str, Proxy] = {}
+    pairs = []
+    for out in outputs:
+        if out.name in active and out.name not in cotangent:
+            cotangent[out.name] = trace.tensor(out.spec, name=f"g_{out.name}")
+            pairs.append((out, cotangent[out.name]))
+    producer = {p.name: node for node in nodes for p in node.output_proxies}
+    trace.record_constants = True   # a rule's zeros are made per call, not once: some are written
+    with tracing(trace):
+        for node in reversed(nodes):
+            _pull_back(node, active, cotangent, producer)
+    trace.record_constants = False
+    trace.outputs = tuple(cotangent.get(p.name) for p in wrt)
+    trace = cse(trace)   # rules of neighbouring nodes recompute the same values (-g, 1 - y^2)
+    trace.nodes = _live(trace.nodes, proxies_in(trace.outputs))
+    grads = list(trace.outputs)
+    made = {p.name for n in trace.nodes for p in n.output_proxies} | {
+        g.name for _, g in pairs}
+    saved, seen = [], set()
+    for n in trace.nodes:
+        for p in n.inputs:
+            if p.name not in made and p.name not in seen:
+                seen.add(p.name)
+                saved.append(p)
+    saved += [g for g in grads if g is not None and g.name not in made and g.name not in seen]
+    trace.inputs = saved + [g for _, g in pairs]
+    trace.input_structure = (tuple(trace.inputs), {})
+    trace.stage = "backward"
+    trace.tags.update(saved=saved, cotangents=pairs)
+    return Backward(trace, saved, pairs, wrt)
+
+
+def forward_with_saved(forward: Trace, saved) -> Trace:
+    """`forward` returning ``(its outputs, tuple of the saved values)``."""
+    trace = forward.derive(forward.flat_nodes(), "forward")
+    trace.outputs = (forward.outputs, tuple(saved))
+    trace.tags.pop("output_rebuild", None)
+    return trace
+
+
+def _active(nodes, wrt, outputs) -> set[str]:
+    """Names of the values on a path from a differentiated input to an output."""
+    reached = {p.name for p in wrt}
+    for node in nodes:
+        if stops_gradient(node):
+            continue
+        if any(p.name in reached for p in node.inputs):
+            reached.update(p.name for p in node.output_proxies if differentiable(p))
+    needed = {p.name for p in outputs}
+    for node in reversed(nodes):
+        if any(p.name in needed for p in node.output_proxies):
+            needed.update(p.name for p in node.inputs)
+    return reached & needed
+
+
+def stops_gradient(node: Node) -> bool:
+    """No gradient flows through `node`, as in eager: it ran under torch.no_grad(), it is a
+    detach, or its prim's mark says its result is not differentiable (bool, a new tensor)."""
+    if node.grad_enabled is False:
+        return True
+    if node.symbol.kind is SymbolKind.OPAQUE:
+        return node.symbol.name in STOP_GRADIENT
+    rule = prims.VJP_RULES.get(node.symbol.name)
+    return isinstance(rule, NotDifferentiable) and rule.stops
+
+
+def _pull_back(node: Node, active: set, cotangent: dict, producer: dict) -> None:
+    """Add the cotangents of `node`'s inputs, from those of its outputs, by its rule."""
+    outs = node.outputs
+    flat = tree_flatten(outs)
+    gs = [cotangent.get(p.name) if isinstance(p, Proxy) else None for p in flat]
+    if all(g is None for g in gs) or not any(isinstance(p, Proxy) and p.name in active
+                                             for p in node.inputs):
+        return
+    g = tuple(gs) if isinstance(outs, (tuple, list)) else gs[0]
+    try:
+        if node.symbol.kind is not SymbolKind.PRIM:
+            grads = _opaque_vjp(node, g, active, cotangent)
+        elif node.symbol.name == "aliased":
+            grads = aliased_vjp(node, g, producer, wants_base=node.args[0].name in active)
+        else:
+            grads = vjp(node.symbol, g, outs, node.args, node.kwargs,
+                        wanted=[any(p.name in active for p in proxies_in(a)) for a in node.args])
+    except NotDifferentiableError as e:
+        raise NotDifferentiableError(f"{e} (in {_where(node)})") from None
+    for arg, grad in zip(node.args, grads):
+        listed = isinstance(arg, (list, tuple)) and isinstance(grad, (list, tuple))
+        for a, gr in zip(arg, grad) if listed else [(arg, grad)]:   # cat's list of tensors
+            if not (isinstance(a, Proxy) and a.name in active):
+                continue
+            if isinstance(gr, NotDifferentiable) and gr.stops:
+                continue
+            if isinstance(gr, NotDifferentiable):
+                raise NotDifferentiableError(f"prims.{node.symbol.name} does not differentiate "
+                                             f"{a.name}: {gr.reason} (in {_where(node)})")
+            if gr is not None:
+                _accumulate(cotangent, a, gr)
+
+
+def _opaque_vjp(node: Node, g, active: set, cotangent: dict) -> tuple:
+    """An opaque torch call (no ref, so no prims and no rule): torch's autograd over the call,
+    run again by prims.library_vjp. Returns the positional arguments' cotangents; keyword
+    arguments' (layer_norm's weight=) are added here."""
+    if "inplace" in node.symbol.tags:
+        raise NotDifferentiableError(f"{node.symbol.qualname}: an opaque call that writes in "
+                                     f"place")
+    wrt = [i for i, a in enumerate(node.args) if isinstance(a, Proxy) and a.name in active]
+    wrt += [k for k, a in node.kwargs.items() if isinstance(a, Proxy) and a.name in active]
+    grads = dict(zip(wrt, prims.library_vjp(node.symbol, g, tuple(node.args), tuple(wrt),
+                                            node.kwargs)))
+    for k in wrt:
+        if type(k) is str:
+            _accumulate(cotangent, node.kwargs[k], grads[k])
+    return tuple(grads.get(i) for i in range(len(node.args)))
+
+
+def _accumulate(cotangent: dict, p: Proxy, grad) -> None:
+    """Sum the cotangents of a value read by several nodes."""
+    before = cotangent.get(p.name)
+    cotangent[p.name] = grad if before is None else prims.add(before, grad)
+
+
+def _live(nodes, outputs) -> list[Node]:
+    """The nodes some output needs (a rule's cotangent of an argument nobody differentiates
+    goes). Every node of a backward is free of effects outside it: in-place prims write only
+    into tensors the backward made."""
+    live = {p.name for p in outputs}
+    kept = []
+    for node in reversed(nodes):
+        if any(p.name in live for p in node.output_proxies):
+            kept.append(node)
+            live.update(p.name for p in node.inputs)
+    return kept[::-1]
+
+
+def _where(node: Node) -> str:
+    return f"{node.symbol.qualname} -> {', '.join(p.name for p in node.output_proxies)}" + (
+        f"  # {node.source}" if node.source else "")

@@ -1,0 +1,368 @@
+"""Every prim's VJP rule against the prim's torch implementation, by the dot-product identity
+in float64: <J u, v> == <u, J^T v> for random u and v, with J u from torch.func.jvp of the
+prim's impl (central finite differences where torch has no forward derivative) and J^T v
+from the rule, run on real tensors (prims run eagerly). No hand-written gradient is needed.
+
+Complex samples use torch's convention: the real inner product Re(sum(conj(x) * y)), under
+which the cotangent a rule returns is the adjoint of J.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+
+from primtrace import prims
+from primtrace.prims.differentiation import NotDifferentiable, vjp
+
+F64, C128 = torch.float64, torch.complex128
+_generator = torch.Generator().manual_seed(0)
+
+
+def rand(*shape, low=-2.0, high=2.0, dtype=F64):
+    """Uniform values in [low, high) (complex: both parts)."""
+    real = torch.rand(shape, generator=_generator, dtype=F64) * (high - low) + low
+    if dtype.is_complex:
+        imag = torch.rand(shape, generator=_generator, dtype=F64) * (high - low) + low
+        return torch.complex(real, imag)
+    return real.to(dtype)
+
+
+def _differentiable(x) -> bool:
+    return isinstance(x, torch.Tensor) and (x.dtype.is_floating_point or x.dtype.is_complex)
+
+
+def _leaves(args, fixed):
+    """(position, index in a list argument or None, tensor) of each differentiable input."""
+    for i, a in enumerate(args):
+        if i in fixed:
+            continue
+        if isinstance(a, (list, tuple)) and a and all(isinstance(t, torch.Tensor) for t in a):
+            yield from ((i, j, t) for j, t in enumerate(a) if _differentiable(t))
+        elif _differentiable(a):
+            yield i, None, a
+
+
+def _substitute(args, leaves, values):
+    args = list(args)
+    for (i, j, _), v in zip(leaves, values):
+        args[i] = v if j is None else [*args[i][:j], v, *args[i][j + 1:]]
+    return args
+
+
+def _inner(x, y) -> float:
+    return float(torch.sum(torch.conj(x) * y).real) if x.dtype.is_complex or y.dtype.is_complex \
+        else float(torch.sum(x * y))
+
+
+def _flat(y):
+    return list(y) if isinstance(y, tuple) else [y]
+
+
+def _jvp(prim, args, kwargs, leaves, tangents):
+    primals = [t for _, _, t in leaves]
+
+    def f(*values):
+        args_ = _substitute(args, leaves, values)
+        if "inplace" in prim.tags:   # write into a copy: the inputs stay as they are
+            args_[0] = args_[0].clone()
+        return prim.impl(*args_, **kwargs)
+    try:
+        return _flat(torch.func.jvp(f, tuple(primals), tuple(tangents))[1])
+    except (RuntimeError, NotImplementedError):
+        eps = 1e-6
+        plus = f(*[p + eps * t for p, t in zip(primals, tangents)])
+        minus = f(*[p - eps * t for p, t in zip(primals, tangents)])
+        return [(a - b) / (2 * eps) for a, b in zip(_flat(plus), _flat(minus))]
+
+
+def check_vjp(name, *args, rtol=1e-6, fixed=(), **kwargs):
+    """The identity for prims.<name>(*args, **kwargs), over its differentiable arguments but
+    those at the positions `fixed`."""
+    prim = prims.ALL_PRIMS[name]
+    leaves = list(_leaves(args, fixed))
+    assert leaves, f"{name}: a sample without a differentiable input"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # complex -> real conversions
+        y = prim(args[0].clone(), *args[1:], **kwargs) if "inplace" in prim.tags else \
+            prim(*args, **kwargs)
+        tangents = [rand(*t.shape, dtype=t.dtype) for _, _, t in leaves]
+        ju = _jvp(prim, list(args), kwargs, leaves, tangents)
+        outs = _flat(y)
+        cotangents = [rand(*o.shape, dtype=o.dtype) if _differentiable(o) else None for o in outs]
+        g = tuple(cotangents) if isinstance(y, tuple) else cotangents[0]
+        grads = vjp(prim, g, y, args, kwargs)
+    lhs = sum(_inner(v, j) for v, j in zip(cotangents, ju) if v is not None)
+    rhs = 0.0
+    for (i, j, t), u in zip(leaves, tangents):
+        grad = grads[i] if j is None else grads[i][j]
+        assert not isinstance(grad, NotDifferentiable), f"{name}: argument {i} {grad}"
+        if grad is None:
+            continue
+        assert tuple(grad.shape) == tuple(t.shape) and grad.dtype == t.dtype, (
+            f"{name}: cotangent {grad.dtype}{list(grad.shape)} for {t.dtype}{list(t.shape)}")
+        rhs += _inner(u, grad)
+    assert math.isclose(lhs, rhs, rel_tol=rtol, abs_tol=1e-9), (
+        f"{name}: <Ju, v> {lhs} != <u, J^T v> {rhs}")
+
+
+# --- elementwise ---------------------------------------------------------------------------------
+#: the input range where the function is smooth (default: [-2, 2))
+DOMAIN = {
+    "log": (0.2, 3), "log2": (0.2, 3), "log10": (0.2, 3), "sqrt": (0.2, 3), "rsqrt": (0.2, 3),
+    "reciprocal": (0.5, 2), "lgamma": (0.2, 3), "digamma": (0.2, 3), "log1p": (-0.5, 2),
+    "asin": (-0.9, 0.9), "acos": (-0.9, 0.9), "atanh": (-0.9, 0.9), "erfinv": (-0.9, 0.9),
+    "acosh": (1.2, 3), "ndtri": (0.1, 0.9), "abs": (0.1, 2), "tan": (-1, 1),
+}
+BINARY_DOMAIN = {   # (a's, b's)
+    "div": ((-2, 2), (0.5, 2)), "pow": ((0.2, 2), (-2, 2)), "remainder": ((0.1, 3), (0.7, 1.3)),
+    "fmod": ((0.1, 3), (0.7, 1.3)), "zeta": ((1.5, 3), (0.5, 2)), "igamma": ((0.5, 2), (0.5, 2)),
+    "igammac": ((0.5, 2), (0.5, 2)), "xlog1py": ((-2, 2), (-0.5, 2)), "copysign": ((0.2, 2), (-2, 2)),
+    "nextafter": ((-2, 2), (-2, 2)), "libm_pow": ((0.2, 2), (-2, 2)),
+}
+#: binary prims whose first argument has no derivative (torch's neither)
+SECOND_ONLY = {"zeta", "igamma", "igammac"}
+HOLOMORPHIC = ["neg", "reciprocal", "sqrt", "rsqrt", "exp", "expm1", "log", "log1p", "sin", "cos",
+               "tan", "sinh", "cosh", "tanh", "sigmoid", "asin", "atan", "asinh", "clone", "exp2",
+               "log2", "log10", "acos", "atanh", "acosh"]
+NON_HOLOMORPHIC = ["abs", "sgn", "real", "imag", "conj"]
+
+
+def _rules_of(names):
+    return [n for n in names if not isinstance(prims.VJP_RULES[n], NotDifferentiable)]
+
+
+@pytest.mark.parametrize("name", _rules_of(prims.UNARY))
+def test_unary(name):
+    if name in ("sgn", "real", "imag", "conj"):   # complex only
+        return check_vjp(name, rand(3, 4, dtype=C128))
+    low, high = DOMAIN.get(name, (-2, 2))
+    check_vjp(name, rand(3, 4, low=low, high=high))
+    check_vjp(name, rand(low=low, high=high))   # 0-dim
+
+
+@pytest.mark.parametrize("name", HOLOMORPHIC + NON_HOLOMORPHIC)
+def test_unary_complex(name):
+    low, high = {"log": (0.3, 2), "acosh": (1.2, 2)}.get(name, (-0.8, 0.8))
+    check_vjp(name, rand(3, 4, low=low, high=high, dtype=C128))
+
+
+@pytest.mark.parametrize("name", _rules_of(prims.BINARY) + ["libm_pow"])
+def test_binary(name):
+    (a_low, a_high), (b_low, b_high) = BINARY_DOMAIN.get(name, ((-2, 2), (-2, 2)))
+
+    def a(*shape):
+        return rand(*shape, low=a_low, high=a_high)
+
+    def b(*shape):
+        return rand(*shape, low=b_low, high=b_high)
+    cases = [(a(3, 4), b(3, 4)), (a(3, 4), b()), (a(), b(3, 4)), (a(), b()),
+             (a(3, 4), float(b())), (float(a()), b(3, 4))]
+    for x, y in cases:
+        try:
+            prims.ALL_PRIMS[name](x, y)
+        except (TypeError, AttributeError, prims.PrimContractError):   # a number its impl refuses
+            continue
+        if name in SECOND_ONLY and not isinstance(y, torch.Tensor):
+            continue
+        check_vjp(name, x, y, fixed=(0,) if name in SECOND_ONLY else ())
+
+
+@pytest.mark.parametrize("name", ["add", "sub", "mul", "div", "pow"])
+def test_binary_complex(name):
+    low, high = (0.3, 1.5) if name in ("div", "pow") else (-2, 2)
+    check_vjp(name, rand(3, 4, low=low, high=high, dtype=C128),
+              rand(3, 4, low=low, high=high, dtype=C128))
+    check_vjp(name, rand(3, 4, low=low, high=high, dtype=C128), 1.5 - 0.5j)
+
+
+@pytest.mark.parametrize("reduce", ["amax", "amin", "mean", "sum"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_reductions_share_ties_as_torch(reduce, include_self):
+    a = torch.tensor([[1.0, 5.0, 2.0], [3.0, 3.0, 0.0]], dtype=F64)
+    src = torch.tensor([[5.0, 5.0, 1.0], [3.0, 7.0, 7.0]], dtype=F64)
+    index = _index(1, 1, 0, 0, 2, 2).view(2, 3)
+    kwargs = {"reduce": reduce, "include_self": include_self}
+    y = prims.scatter(a, 1, index, src, **kwargs)
+    g = rand(2, 3)
+    grad_a, _, _, grad_src = vjp(prims.scatter, g, y, (a, 1, index, src), kwargs)
+    leaves = a.clone().requires_grad_(), src.clone().requires_grad_()
+    expected = torch.autograd.grad(torch.scatter_reduce(leaves[0], 1, index, leaves[1], reduce,
+                                                        include_self=include_self), leaves, g)
+    torch.testing.assert_close((grad_a, grad_src), expected)
+
+
+def test_maximum_and_minimum_split_ties_as_torch():
+    a = torch.tensor([1.0, 2.0, 3.0], dtype=F64)
+    b = torch.tensor([1.0, 1.0, 4.0], dtype=F64)
+    g = torch.ones(3, dtype=F64)
+    grad_a, grad_b = vjp(prims.maximum, g, prims.maximum(a, b), (a, b), {})
+    leaves = a.clone().requires_grad_(), b.clone().requires_grad_()
+    expected = torch.autograd.grad(torch.maximum(*leaves).sum(), leaves)
+    torch.testing.assert_close((grad_a, grad_b), expected)
+
+
+# --- the other prims: (name, args, kwargs) ------------------------------------------------------
+def _index(*values):
+    return torch.tensor(values, dtype=torch.int64)
+
+
+def _structural():
+    x = rand(3, 4)
+    yield "convert_element_type", (x, F64), {}
+    yield "convert_element_type", (x, C128), {}
+    yield "convert_element_type", (rand(3, 4, dtype=C128), F64), {}
+    yield "broadcast_in_dim", (rand(3, 1), (2, 3, 4), (1, 2)), {}
+    yield "broadcast_in_dim", (rand(4), (3, 4), (1,)), {}
+    yield "broadcast_in_dim", (rand(), (3, 4), ()), {}
+    yield "where", (x > 0, rand(3, 4), rand(3, 4)), {}
+    yield "where", (x > 0, rand(3, 4), 0.5), {}
+    yield "where", (x > 0, rand(), rand(3, 4)), {}
+    yield "polygamma", (rand(3, 4, low=0.5, high=3), 1), {}
+    yield "complex", (rand(3, 4), rand(3, 4)), {}
+
+
+def _reductions():
+    x = rand(3, 4, 5)
+    for dims in ((1,), (0, 2), (0, 1, 2), ()):
+        yield "sum", (x, dims), {}
+        yield "prod", (x, dims), {}
+        yield "amax", (x, dims), {}
+        yield "amin", (x, dims), {}
+        for correction in (0, 1) if dims else (0,):   # one value's var with correction 1: nan
+            yield "var", (x, dims), {"correction": correction}
+    zeros = rand(3, 4)
+    zeros[0, 1] = zeros[1, 1] = zeros[2, 0] = zeros[2, 2] = 0   # rows with one and two zeros
+    yield "prod", (zeros, (1,)), {}
+    yield "prod", (zeros, (0,)), {}
+    yield "prod", (zeros, (0, 1)), {}
+    ties = torch.tensor([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]], dtype=F64)
+    yield "amax", (ties, (1,)), {}
+    yield "amin", (ties, (0, 1)), {}
+    yield "var", (rand(3, 4, dtype=C128), (1,)), {"correction": 1}
+    yield "prod", (rand(3, 4, dtype=C128), (1,)), {}
+    yield "cumsum", (x, 1), {}
+    yield "cumsum", (rand(), 0), {}
+    yield "cumprod", (rand(3, 4, low=0.5, high=2), 1), {}
+    yield "cumprod", (rand(3, 4, low=0.5, high=2, dtype=C128), 0), {}
+    yield "cumprod", (zeros, 1), {}
+    yield "cumprod", (zeros, 0), {}
+    yield "cumprod", (rand(), 0), {}
+
+
+def _views():
+    x = rand(3, 4, 2)
+    yield "reshape_view", (x, (6, 4)), {}
+    yield "permute", (x, (2, 0, 1)), {}
+    yield "slice", (x, (1, 0, 0), (3, 4, 2), (1, 2, 1)), {}
+    yield "slice", (x, (0, 1, 0), (2, 4, 1), (2, 3, 1)), {}
+    yield "slice", (x, (0, 2, 0), (3, 2, 2), (1, 1, 1)), {}   # empty
+    yield "squeeze", (rand(3, 1, 4, 1), (1, 3)), {}
+    yield "unsqueeze", (x, 1), {}
+    yield "expand", (rand(3, 1), (2, 3, 4)), {}
+    yield "diagonal", (x, 1, 0, 1), {}
+    yield "diagonal", (x, -1, 1, 0), {}
+    yield "unfold", (rand(6, 3), 0, 3, 2), {}
+    yield "unfold", (rand(3, 7), 1, 3, 1), {}   # overlapping windows accumulate
+    yield "cat", ([rand(2, 3), rand(4, 3), rand(1, 3)], 0), {}
+    yield "cat", ([rand(2, 3), rand(2, 1)], 1), {}
+    yield "flip", (x, (0, 2)), {}
+    yield "pad", (x, 0.0, ((1, 2, 0), (0, 1, 2), (2, 0, 1))), {}
+    yield "view_as_real", (rand(3, 4, dtype=C128),), {}
+    yield "view_as_complex", (rand(3, 4, 2),), {}
+
+
+def _linalg_and_indexing():
+    for a, b in (((3, 4), (4, 5)), ((4,), (4,)), ((2, 3, 4), (4,)), ((4,), (2, 4, 5)),
+                 ((2, 1, 3, 4), (5, 4, 2)), ((3, 4), (2, 4, 5))):
+        yield "matmul", (rand(*a), rand(*b)), {}
+    yield "matmul", (rand(3, 4, dtype=C128), rand(4, 2, dtype=C128)), {}
+    x = rand(4, 5)
+    yield "index_select", (x, 1, _index(0, 3, 3, 1)), {}
+    yield "index_select", (x, 0, _index(0, 2, 2, 1, 3, 0).view(2, 3)), {}   # an embedding
+    yield "gather", (x, 1, _index(0, 4, 4, 1, 2, 2, 0, 0).view(4, 2)), {}
+    yield "take", (x, _index(0, -1, 7, 7, 19).view(5, 1)), {}
+    yield "index", (x, (None, _index(0, 4, 4, -1))), {}
+    yield "index", (x, (_index(1, 1, 3), _index(0, 2, 4))), {}
+    index = _index(0, 3, 1).view(1, 3).expand(2, 3).contiguous()
+    yield "scatter", (x, 1, index, rand(2, 3)), {}
+    repeated = _index(0, 0, 3, 1, 1, 1).view(2, 3)   # several values reduce into one
+    for reduce in ("sum", "mean", "amax", "amin"):
+        for include_self in (True, False):
+            for positions in (index, repeated):
+                yield "scatter", (x, 1, positions, rand(2, 3)), {"reduce": reduce,
+                                                                  "include_self": include_self}
+    yield "scatter", (x, 1, index, rand(3, 4)), {}   # src larger than index: the rest unread
+    yield "scatter", (x, 1, index, rand(3, 4)), {"reduce": "mean"}
+    yield "index_add", (x, 0, _index(1, 3, 1), rand(3, 5), 2.0), {}
+    yield "index_copy", (x, 1, _index(4, 0), rand(4, 2)), {}
+    yield "index_fill", (x, 1, _index(4, 0), 1.5), {}
+    yield "index_put_", (x, (None, _index(4, 0)), rand(2), False), {}
+    yield "index_put_", (x, (_index(1, 1, 3),), rand(3, 5), True), {}   # repeats accumulate
+    yield "copy_to", (x, rand(4, 5)), {}
+    yield "copy_to", (x, rand()), {}
+
+
+def _library():
+    yield "convolution", (rand(2, 4, 7, 6), rand(6, 2, 3, 3), rand(6), (2, 1), (1, 0), (1, 2),
+                          False, (0, 0), 2), {}
+    yield "convolution", (rand(2, 3, 5), rand(3, 2, 3), None, (2,), (1,), (1,), True, (1,), 1), {}
+    yield "convolution", (rand(3, 8), rand(4, 3, 3), rand(4), (1,), (0,), (1,), False, (0,), 1), {}
+    yield "max_pool", (rand(2, 3, 6, 6), (2, 2), (2, 1), (1, 0), (1, 1), False), {}
+    yield "avg_pool", (rand(2, 3, 6, 6), (3, 2), (2, 2), (1, 0), True, False, None), {}
+    yield "adaptive_avg_pool", (rand(2, 3, 7, 5), (3, 2)), {}
+    yield "adaptive_max_pool", (rand(2, 3, 7, 5), (3, 2)), {}
+    yield "svdvals", (rand(3, 4),), {}
+    yield "svd", (rand(4, 3), False), {}
+
+
+def _complex_views_and_spectral():
+    z = rand(3, 4, dtype=C128)
+    for name in ("conj_view", "real_view", "imag_view"):
+        yield name, (z,), {}
+    yield "fft_r2c", (rand(3, 8), "backward", True), {}
+    yield "fft_r2c", (rand(3, 8), "ortho", False), {}
+    yield "fft_c2c", (z, "forward", True), {}
+    yield "fft_c2c", (z, "backward", False), {}
+    yield "fft_c2r", (rand(3, 5, dtype=C128), 8, "backward"), {}
+
+
+SAMPLES = [*_structural(), *_reductions(), *_views(), *_linalg_and_indexing(), *_library(),
+           *_complex_views_and_spectral()]
+
+
+@pytest.mark.parametrize("name,args,kwargs", SAMPLES,
+                         ids=[f"{name}-{i}" for i, (name, _, _) in enumerate(SAMPLES)])
+def test_rule(name, args, kwargs):
+    check_vjp(name, *args, **kwargs)
+
+
+def test_every_rule_is_tested():
+    """A prim with a rule and no sample here is a rule nobody checked."""
+    tested = ({name for name, _, _ in SAMPLES} | set(prims.UNARY) | set(prims.BINARY)
+              | {"libm_pow", "grouped_mm"})
+    untested = {name for name, rule in prims.VJP_RULES.items()
+                if not isinstance(rule, NotDifferentiable)} - tested
+    assert not untested, untested
+
+
+def test_grouped_mm_by_its_groups():
+    """torch's CPU kernel takes no float64: its cotangents against the groups' matmuls."""
+    a, b = torch.randn(6, 8), torch.randn(2, 8, 4)
+    offs = torch.tensor([2, 6], dtype=torch.int32)
+    y = prims.grouped_mm(a, b, offs)
+    g = torch.randn_like(y)
+    grad_a, grad_b, _ = vjp(prims.grouped_mm, g, y, (a, b, offs), {})
+    torch.testing.assert_close(grad_a, torch.cat([g[:2] @ b[0].T, g[2:] @ b[1].T]))
+    torch.testing.assert_close(grad_b, torch.stack([a[:2].T @ g[:2], a[2:].T @ g[2:]]))
+
+
+def test_a_prim_without_rule_or_mark_fails_the_check():
+    from primtrace.prims.differentiation import check_derivatives
+    rules = dict(prims.VJP_RULES)
+    del rules["sin"]
+    with pytest.raises(AssertionError, match="sin"):
+        check_derivatives(prims.ALL_PRIMS, rules)
+
