@@ -67,10 +67,26 @@ REGRESSIONS = {
         "def program(x):\n    a = x.clone()\n    b = x.clone()\n"
         "    return b.reshape(-1), a, (x * 2).view(-1), x * 2\n",
         [Spec("x", (), torch.float32)]),
+    # seed 100652 (slow): group_norm of an empty input returned the input itself
+    "group_norm_of_empty_is_new": (
+        "def program(x, w):\n    return F.group_norm(x, 2, w, None)\n",
+        [Spec("x", (3, 0, 2), torch.float64, layout="offset"), Spec("w", (0,), torch.float64)]),
+    # seed 100448 (slow): cat skipped a 1-d empty part that requires grad (the prims had no
+    # part that did), so fused, the result lost requires_grad
+    "cat_of_an_empty_part_that_requires_grad": (
+        "def program(w, x):\n    return torch.cat((w[:0].reshape(-1) * 2, x))\n",
+        [Spec("w", (4, 3), torch.float32, grad=True), Spec("x", (4,), torch.float32, seed=1)]),
+    # seed 102586 (slow): x.mul_(x[0]) of a strided x (eager's overlap check cannot tell, its
+    # kernel reads x[0] as it rewrites it): the fused region's fallback ran the prims, which
+    # read a temporary; it runs the torch calls now
+    "mul_by_a_row_of_a_strided_input": (
+        "def program(x):\n    v = x.max(-1).values\n    x.mul_(x.select(0, 0))\n    return v\n",
+        [Spec("x", (2, 3, 4), torch.uint8, layout="sliced")]),
 }
 
 
+@pytest.mark.parametrize("fuse", [False, True], ids=["default", "always_fuse"])
 @pytest.mark.parametrize("name", REGRESSIONS)
-def test_regression(name):
+def test_regression(name, fuse):
     source, specs = REGRESSIONS[name]
-    _run(Program.from_source(source, specs))
+    _run(Program.from_source(source, specs), _ALWAYS_FUSE if fuse else None)
