@@ -10,7 +10,8 @@ most lines are valid; a line that eager rejects is dropped, or rarely kept as th
 
 ``check(program)`` runs eager and ``primtrace.jit`` (two calls each, fresh inputs per call)
 and compares outputs (the conformance rule: dtype, shape, integers exact, floats close to
-eager or at least as close to a float64 run), output strides where eager's are defined
+eager or at least as close to a float64 run, within the tolerance of the narrowest float
+dtype the value was computed through), output strides where eager's are defined
 (views, elementwise results), which outputs share storage with which inputs, the final
 state of every input and of the module's parameters and buffers.
 
@@ -29,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import primtrace
-from tests.conformance.harness import compare_outputs
+from tests.conformance.harness import _TOL, compare_outputs
 
 FLOAT = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 DTYPES = (torch.float32,) * 4 + (torch.float64, torch.float16, torch.bfloat16, torch.int64,
@@ -108,6 +109,8 @@ class Program:
         self.is_module = rng.random() < 0.12
         self.values: list[str] = []       # names usable as operands
         self.strided: dict[str, bool] = {}  # name -> eager's strides are defined (views, elementwise)
+        self.low: dict[str, torch.dtype] = {"self": torch.float32}  # name -> narrowest float dtype
+        # its value was computed through (a float64 sum of float32 values carries their rounding)
         self.body: list[str] = []
         self.raises = False
         self.ns = {"torch": torch, "F": F, "nn": nn}
@@ -158,6 +161,8 @@ class Program:
         if high is None:
             self.values.append(name)
         self.strided[name] = True
+        if dtype.is_floating_point:
+            self.low[name] = dtype
         return name
 
     def t(self, name):
@@ -201,7 +206,26 @@ class Program:
             if isinstance(value, torch.Tensor):
                 self.values.append(name)
                 self.strided[name] = strided
+        self._note_precision(line, None if statement else name)
         return True
+
+    def _note_precision(self, line, name):
+        """``low`` of the value a line makes (its own dtype and its operands'), or, for an
+        in-place write, of every value sharing the written tensor's memory."""
+        operands = re.findall(r"\b(?:self|[xv]\d+)\b", line)
+        low = _narrowest(self.low.get(o) for o in operands)
+        if name is not None:
+            value = self.ns[name]
+            if isinstance(value, torch.Tensor):
+                own = value.dtype if value.is_floating_point() else None
+                self.low[name] = _narrowest((own, low)) if own is not None else None
+            return
+        written = _storage(self.t(operands[0])) if operands and operands[0] != "self" else None
+        if written is None:
+            return
+        for v in self.values:
+            if _storage(self.t(v)) == written and self.low.get(v) is not None:
+                self.low[v] = _narrowest((self.low[v], low))
 
     def _step(self):
         rng = self.rng
@@ -248,6 +272,7 @@ class Program:
         ret = outs[0] if len(outs) == 1 and form < 0.7 else (
             "[" + ", ".join(outs) + "]" if form > 0.9 else "(" + ", ".join(outs) + ",)")
         self.out_strided = [self.strided.get(o, False) for o in outs]
+        self.out_low = [self.low.get(o) for o in outs]
         body = "".join(f"{self.indent}{line}\n" for line in self.body) + f"{self.indent}return {ret}\n"
         if self.is_module:
             self.source = self.header + f"    def forward(self, {params}):\n" + body
@@ -277,10 +302,19 @@ class Program:
         self = cls.__new__(cls)
         self.seed, self.ci, self.is_module, self.source, self.specs = None, True, False, source, list(specs)
         self.out_strided = list(strided)
+        low = _narrowest(s.dtype if s.dtype.is_floating_point else None for s in specs)
+        self.out_low, self.low = None, {s.name: low for s in specs}   # any value: the inputs'
+        self.low_default = low
         namespace = {"torch": torch, "F": F, "nn": nn}
         exec(compile(source, "<regression program>", "exec"), namespace)
         self._defined = namespace["program"]
         return self
+
+    def output_low(self, i, count):
+        """``low`` of output `i` of `count` (None when the outputs are not the ones written)."""
+        if self.out_low is None:
+            return self.low_default
+        return self.out_low[i] if len(self.out_low) == count else None
 
     def make_inputs(self, upcast=False):
         return [s.make(upcast) for s in self.specs]
@@ -611,6 +645,21 @@ GENERATORS = {        # kind: (weight, generator)
 
 
 # --- the check ---------------------------------------------------------------------------------
+def _narrowest(dtypes):
+    """The float dtype of least precision among `dtypes` (None: no float)."""
+    found = [d for d in dtypes if d is not None]
+    return max(found, key=lambda d: _TOL[d][0]) if found else None
+
+
+def _scale(low, dtype):
+    """How much wider than `dtype`'s tolerance a value computed through `low` is compared:
+    a float64 result of float32 values is as exact as float32 (two orders of summation
+    differ in float32's last bits, whatever the result's dtype)."""
+    if low is None or dtype not in _TOL or _TOL[low][0] <= _TOL[dtype][0]:
+        return 1.0
+    return _TOL[low][0] / _TOL[dtype][0]
+
+
 def _leaves(obj):
     if isinstance(obj, (tuple, list)):
         return [x for o in obj for x in _leaves(o)]
@@ -676,7 +725,8 @@ def check(program: Program, calls: int = 2, executors=None) -> str | None:
         r_leaves = _leaves(reference["out"]) if reference["err"] is None else None
         for i, (j, e) in enumerate(zip(j_leaves, e_leaves)):
             ref = (lambda i=i: r_leaves[i]) if r_leaves is not None and len(r_leaves) == len(e_leaves) else _no_ref
-            problem = compare_outputs(j, e, ref)
+            problem = compare_outputs(j, e, ref, _scale(program.output_low(i, len(e_leaves)),
+                                                        getattr(e, "dtype", None)))
             if problem:
                 return f"{where}output {i}: {problem}"
             if isinstance(e, torch.Tensor):
@@ -692,7 +742,8 @@ def check(program: Program, calls: int = 2, executors=None) -> str | None:
             return f"{where}aliasing (indices into inputs+state+outputs): jit {a_j}, eager {a_e}"
         for k, (j, e) in enumerate(zip(j_in, e_in)):
             ref = (lambda k=k: reference["in"][k]) if reference["err"] is None else _no_ref
-            problem = compare_outputs(j, e, ref)
+            low = program.low.get(program.specs[k].name)
+            problem = compare_outputs(j, e, ref, _scale(low, e.dtype))
             if problem:
                 return f"{where}input {program.specs[k].name} after the call: {problem}"
     if program.is_module:
