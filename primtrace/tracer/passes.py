@@ -28,6 +28,19 @@ def is_pure(node: Node) -> bool:
     return node.symbol.kind is SymbolKind.PRIM and not (node.symbol.tags & IMPURE_TAGS)
 
 
+def may_raise(node: Node) -> bool:
+    """A pure prim that raises on some values (eager's error even where the result is
+    unused): an index out of bounds, an integer division by zero."""
+    if "indexing" in node.symbol.tags:
+        return True
+    if node.symbol.name in ("div", "remainder", "fmod") and node.symbol.kind is SymbolKind.PRIM:
+        out = node.outputs
+        divisor = node.args[1] if len(node.args) > 1 else node.kwargs.get("b")
+        return (isinstance(out, TensorProxy) and not out.dtype.is_floating_point
+                and not out.dtype.is_complex and (isinstance(divisor, Proxy) or divisor == 0))
+    return False
+
+
 def mutated_proxy(node: Node):
     """The proxy a node writes into (copy_to's destination, an out= tensor), or None."""
     if "inplace" not in node.symbol.tags:
@@ -97,11 +110,12 @@ class _Rewriter:
 
 
 def dce(trace: Trace) -> Trace:
-    """Dead-code elimination: drop pure nodes none of whose outputs is used or returned."""
+    """Dead-code elimination: drop pure nodes none of whose outputs is used or returned, but
+    guards and nodes that may raise (eager raises for an unused x[i] out of bounds too)."""
     live = {p.name for p in proxies_in(trace.outputs)}
     kept = []
     for node in reversed(trace.nodes):
-        if (not is_pure(node) or "guard" in node.symbol.tags
+        if (not is_pure(node) or "guard" in node.symbol.tags or may_raise(node)
                 or any(p.name in live for p in node.output_proxies)):
             kept.append(node)
             live.update(p.name for p in node.inputs)
@@ -233,4 +247,4 @@ def optimize(trace: Trace, *, remove_lossy_round_trips: bool = False) -> Trace:
 
 
 __all__ = ["dce", "cse", "remove_noop_converts", "remove_round_trips", "optimize",
-           "holds_exactly", "is_pure", "mutated_proxy"]
+           "holds_exactly", "is_pure", "may_raise", "mutated_proxy"]
