@@ -89,6 +89,27 @@ REGRESSIONS = {
     "float64_product_of_float32_norms": (
         "def program(x):\n    return torch.linalg.vector_norm(x, dim=1).prod(0, dtype=torch.float64)\n",
         [Spec("x", (5, 2), torch.float32, seed=340614131)]),
+    # seeds 100177, 100524, 101064 (slow): an unused x[i], gather or take_along_dim whose
+    # index is out of bounds was dead code, so jit returned where eager raised; so was an
+    # unused integer division by zero (in a kernel too)
+    "unused_index_out_of_bounds": (
+        "def program(x, i):\n    x[:0][i]\n    return x * 2\n",
+        [Spec("x", (4,), torch.float32), Spec("i", (1,), torch.int64, high=4)]),
+    "unused_gather_out_of_bounds": (
+        "def program(x, i):\n    torch.gather(x, 1, i.clamp(0, 0))\n    return x + 1\n",
+        [Spec("x", (3, 0), torch.float16, layout="sliced"), Spec("i", (3, 2), torch.int64, high=2)]),
+    "unused_take_along_dim_of_empty": (
+        "def program(x, y, i):\n    torch.take_along_dim(x, i.clamp(0, 0), dim=0)\n    return y.t()\n",
+        [Spec("x", (0,), torch.float32), Spec("y", (2, 3), torch.int64),
+         Spec("i", (2,), torch.int64, high=2)]),
+    "unused_integer_division_by_zero": (
+        "def program(a, b):\n    a // b\n    torch.remainder(a, b)\n    return a + 1\n",
+        [Spec("a", (4,), torch.int64), Spec("b", (4,), torch.int64, high=1)]),
+    # seed 102083 (slow): x[index] of an empty x checked the index values (eager's index
+    # checks none where the result is empty)
+    "index_out_of_bounds_into_empty": (
+        "def program(x):\n    return x[torch.tensor([0, 0, 2], dtype=torch.long)]\n",
+        [Spec("x", (2, 0, 3), torch.int64)]),
 }
 
 
