@@ -39,21 +39,16 @@ SHAPES = ((3, 4), (2, 3, 4), (4,), (2, 1, 3), (0, 3), (), (1, 4), (5, 2), (2, 3,
 LAYOUTS = ("contiguous",) * 4 + ("transposed", "sliced", "expanded", "offset")
 SCALARS = ("2", "-1.5", "0.5", "3", "True", "-2")
 
-# Known open failure classes (fixed by other work at the time of writing): ops that hit them
-# are written only when ``ci=False`` (the slow test). Tag -> class name.
-KNOWN = {
-    "logsumexp0": "logsumexp of 0-dim aliasing",
-    "var_mean": "var_mean with -inf",
-    "masked_fill_strides": "masked_fill / batch_norm output strides of non-contiguous inputs",
-    "masked_fill_expanded": "masked_fill_ into expanded tensors",
-    "empty_bmm": "empty sdpa/bmm",
-    "softmax_dtype": "softmax dtype=",
-    "flip": "flip(dims=)",
-    "tensor_split": "tensor_split with tensor indices",
-    "index_fill": "index_fill with tensor value",
-    "namedtuple": "dataclass/namedtuple outputs",
-    "meshgrid": "meshgrid 0-dim",
-}
+# Known open failure classes: an op that hits one is written, under its tag, only when
+# ``ci=False`` (the slow test: ``Program.allow``). Tag -> class. Every class listed at first
+# (logsumexp of a 0-dim tensor, var_mean with -inf, masked_fill strides, masked_fill_ into
+# an expanded tensor, empty bmm, softmax dtype=, flip(dims=), index_fill with a tensor value,
+# namedtuple results, meshgrid of 0-dim tensors) is fixed and written by the CI test too.
+KNOWN: dict[str, str] = {}
+# Open, and written by neither test: tensor_split with tensor indices (or sections). Its
+# result shapes are the index values, so jit refuses to trace it (DataDependentError, a
+# data-dependent size: its own issue), which is no wrong result but fails every such program.
+# tensor_split with int indices or sections is written.
 
 
 class Spec:
@@ -108,6 +103,7 @@ class Program:
         self.tags: set[str] = set()
         self.is_module = rng.random() < 0.12
         self.values: list[str] = []       # names usable as operands
+        self.structs: list[str] = []      # names of namedtuple results (torch.max(x, 0))
         self.strided: dict[str, bool] = {}  # name -> eager's strides are defined (views, elementwise)
         self.low: dict[str, torch.dtype] = {"self": torch.float32}  # name -> narrowest float dtype
         # its value was computed through (a float64 sum of float32 values carries their rounding)
@@ -206,6 +202,8 @@ class Program:
             if isinstance(value, torch.Tensor):
                 self.values.append(name)
                 self.strided[name] = strided
+            elif isinstance(value, tuple) and hasattr(value, "_fields"):
+                self.structs.append(name)
         self._note_precision(line, None if statement else name)
         return True
 
@@ -216,6 +214,8 @@ class Program:
         low = _narrowest(self.low.get(o) for o in operands)
         if name is not None:
             value = self.ns[name]
+            if isinstance(value, tuple) and hasattr(value, "_fields"):
+                value = value[0]     # the values (torch.max's indices are integers)
             if isinstance(value, torch.Tensor):
                 own = value.dtype if value.is_floating_point() else None
                 self.low[name] = _narrowest((own, low)) if own is not None else None
@@ -241,6 +241,9 @@ class Program:
         outs += unread[len(unread) - rng.randint(0, 2):]
         for _ in range(rng.choice([0, 0, 0, 1])):
             outs.append(rng.choice(self.values))
+        unread = [v for v in self.structs if len(re.findall(rf"\b{v}\b", text)) == 1]
+        if unread and rng.random() < 0.5:   # a namedtuple among the outputs
+            outs.append(rng.choice(unread))
         self.outputs, self.form = outs, rng.random()
         if self.ci:
             self._drop_unread()
@@ -271,8 +274,11 @@ class Program:
         params = ", ".join(s.name for s in self.specs)
         ret = outs[0] if len(outs) == 1 and form < 0.7 else (
             "[" + ", ".join(outs) + "]" if form > 0.9 else "(" + ", ".join(outs) + ",)")
-        self.out_strided = [self.strided.get(o, False) for o in outs]
-        self.out_low = [self.low.get(o) for o in outs]
+        # per output leaf (a namedtuple: its values, then its integer indices)
+        self.out_strided = [x for o in outs for x in [self.strided.get(o, False)] * (
+            2 if o in self.structs else 1)]
+        self.out_low = [x for o in outs for x in ([self.low.get(o), None] if o in self.structs
+                                                   else [self.low.get(o)])]
         body = "".join(f"{self.indent}{line}\n" for line in self.body) + f"{self.indent}return {ret}\n"
         if self.is_module:
             self.source = self.header + f"    def forward(self, {params}):\n" + body
@@ -389,6 +395,8 @@ def _views(p: Program):
                     f"{v}[{_slices(rng, s)}]", f"{v}[{_slices(rng, s)}]",
                     f"{v}.split({rng.randint(1, 3)}, {d})[{rng.choice([0, -1])}]",
                     f"torch.chunk({v}, {rng.randint(1, 3)}, {d})[{rng.choice([0, -1])}]",
+                    f"torch.tensor_split({v}, {rng.randint(1, 3)}, {d})[{rng.choice([0, -1])}]",
+                    f"{v}.tensor_split({sorted(rng.randint(0, size) for _ in range(2))}, {d})[{rng.randrange(3)}]",
                     f"{v}.expand({', '.join(map(str, _expand_shape(rng, s)))})"]
         if size and size % 2 == 0:
             choices.append(f"{v}.unflatten({d}, (2, -1))")
@@ -442,6 +450,10 @@ def _joins(p: Program):
     same = [v for v in p.values if p.t(v).dim() == ta.dim()
             and all(x == y or i == d % ta.dim() for i, (x, y) in enumerate(zip(p.t(v).shape, ta.shape)))]
     b = rng.choice(same)
+    small = [v for v in p.values if p.t(v).dim() <= 1]
+    if small and rng.random() < 0.15:
+        pair = ", ".join(rng.choice(small) for _ in range(2))
+        return p._emit(f"torch.meshgrid({pair}, indexing={rng.choice(['ij', 'xy'])!r})[{rng.randrange(2)}]")
     if rng.random() < 0.5:
         return p._emit(f"torch.cat([{a}, {b}], dim={d})" if rng.random() < 0.8 else f"torch.cat(({a}, {b}))")
     same = [v for v in same if p.t(v).shape == ta.shape]
@@ -474,12 +486,8 @@ def _reductions(p: Program):
                f"{v}.argmin()", f"{v}.any({d})", f"{v}.all()", f"torch.cumsum({v}, {d})",
                f"{v}.cumsum({d}, dtype=torch.float64)", f"torch.max({v})", f"{v}.nansum({_dimarg(p, n)})",
                f"torch.linalg.vector_norm({v}, dim={d})", f"{v}.norm()"]
-    if n >= 1 or p.allow("logsumexp0"):   # logsumexp of a 0-dim tensor: known class
-        choices.append(f"torch.logsumexp({v}, {d})")
-    if p.allow("var_mean"):
-        choices.append(f"torch.var_mean({v}, {d})[{rng.randrange(2)}]")
-    if p.allow("namedtuple"):
-        choices.append(f"torch.max({v}, {d})")
+    choices += [f"torch.logsumexp({v}, {d})", f"torch.var_mean({v}, {d})[{rng.randrange(2)}]",
+                f"torch.max({v}, {d})"]
     expr = rng.choice(choices).replace("(, ", "(").replace(", )", ")")
     return p._emit(expr)
 
@@ -492,9 +500,8 @@ def _softmax_norms(p: Program):
     t = p.t(v)
     n, s = t.dim(), tuple(t.shape)
     d = p.dim(n)
-    choices = [f"torch.softmax({v}, {d})", f"F.log_softmax({v}, dim={d})", f"{v}.softmax(-1)"]
-    if p.allow("softmax_dtype"):
-        choices.append(f"{v}.softmax({d}, dtype=torch.float64)")
+    choices = [f"torch.softmax({v}, {d})", f"F.log_softmax({v}, dim={d})", f"{v}.softmax(-1)",
+               f"{v}.softmax({d}, dtype=torch.float64)"]
     dt = str(t.dtype)
     if n >= 1:
         k = rng.randint(1, n)
@@ -523,12 +530,8 @@ def _matmul(p: Program):
     ta = p.t(a)
     s = tuple(ta.shape)
     m = rng.choice([2, 3])
-    if rng.random() < 0.1 and not p.allow("empty_bmm"):
-        pass
     dtype = ta.dtype if rng.random() < 0.9 else rng.choice(FLOAT)
     if ta.dim() == 3 and rng.random() < 0.4:
-        if 0 in s and not p.allow("empty_bmm"):
-            return False
         b = p._new_input((s[0], s[2], m), dtype=dtype)
         return p._emit(f"torch.bmm({a}, {b})")
     if rng.random() < 0.3:
@@ -536,8 +539,6 @@ def _matmul(p: Program):
         bias = p._new_input((m,), dtype=dtype, layout="contiguous") if rng.random() < 0.6 else "None"
         return p._emit(f"F.linear({a}, {w}, {bias})")
     b = p._new_input((s[-1], m) if rng.random() < 0.8 else (s[-1],), dtype=dtype)
-    if 0 in s and ta.dim() == 3 and not p.allow("empty_bmm"):
-        return False
     return p._emit(rng.choice([f"{a} @ {b}", f"torch.matmul({a}, {b})"]))
 
 
@@ -562,10 +563,8 @@ def _indexing(p: Program):
     if n >= 2:
         i2 = p._new_input((idx_len,), high=s[1], layout="contiguous")
         choices += [f"{v}[{idx} % {max(s[0], 1)}, {i2}]", f"{v}[{idx} % {max(s[0], 1)}, 1:]"]
-    if p.allow("flip"):
-        choices.append(f"{v}.flip(dims=({d},))")
-    if p.allow("index_fill"):
-        choices.append(f"{v}.index_fill({d}, {idx} % {max(size, 1)}, torch.tensor(2).to({v}.dtype))")
+    choices += [f"{v}.flip(dims=({d},))",
+                f"{v}.index_fill({d}, {idx} % {max(size, 1)}, torch.tensor(2).to({v}.dtype))"]
     return p._emit(rng.choice(choices))
 
 
@@ -580,11 +579,7 @@ def _elementwise(p: Program):
                f"torch.where({a} > 0, {a}, {b})", f"({a} < {b})", f"torch.sigmoid({a})", f"{a}.abs()",
                f"torch.relu({a})", f"{a}.to({rng.choice(['torch.float16', 'torch.float64', 'torch.int32', 'torch.bool', 'torch.bfloat16'])})",
                f"{a}.float()", f"torch.exp({a}.clamp(max=4))", f"{a}.clamp(-1, 2)"]
-    masked = f"{a}.masked_fill({a} > 1, {p.scalar()})"
-    if ta.is_contiguous():
-        choices.append(masked)
-    elif p.allow("masked_fill_strides"):
-        choices.append(masked)
+    choices.append(f"{a}.masked_fill({a} > 1, {p.scalar()})")
     return p._emit(rng.choice(choices), strided=strided)
 
 
@@ -613,9 +608,7 @@ def _inplace(p: Program):
     b = rng.choice(partners + [p.scalar()])
     choices = [f"{target}.add_({b})", f"{target}.mul_({b})", f"{target}.copy_({b})",
                f"{target}.clamp_(min=-1)", f"{target}.zero_()", f"{target}.fill_({p.scalar()})"]
-    expanded = any(st == 0 and sz > 1 for st, sz in zip(tt.stride(), tt.shape))
-    if not expanded or p.allow("masked_fill_expanded"):
-        choices.append(f"{target}.masked_fill_({b} > 0, {p.scalar()})")
+    choices.append(f"{target}.masked_fill_({b} > 0, {p.scalar()})")
     if tt.dim() >= 1:
         d = p.dim(tt.dim())
         size = tt.shape[d]

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.filterwarnings("ignore")
 # these small programs to torch): the kernels, not only the traces, are checked.
 _ALWAYS_FUSE = [NumbaFusionExecutor(cost_model=False), primtrace.TORCH]
 CI_SEEDS = range(300)
-SLOW_SEEDS = range(100_000, 103_000)
+SLOW_SEEDS = range(100_000, 105_000)
 
 
 def _run(program, executors=None):
