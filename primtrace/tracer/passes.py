@@ -9,7 +9,8 @@ remove_lossy_round_trips=True)``).
 
 Two rules keep rewrites safe around mutation and aliasing: a proxy that an in-place node
 writes (``prims.copy_to``) is never replaced nor used as a replacement, and a returned value
-is never replaced by an input (the caller would get its own tensor back, not a new one).
+is never replaced by an input or a view (the caller would get its own tensor back, or a
+view of one, not a new one).
 """
 from __future__ import annotations
 
@@ -77,6 +78,9 @@ class _Rewriter:
         self.inputs = {p.name for p in trace.inputs}
         self.outputs = _returned_storage(trace)
         self.mutated = {p.name for n in trace.nodes if (p := mutated_proxy(n)) is not None}
+        # values whose memory is another tensor's: views (and what the tracer noted as such)
+        self.views = set(trace.tags.get("alias_roots", ())) | {
+            p.name for n in trace.nodes if "view" in n.symbol.tags for p in n.output_proxies}
 
     def sub(self, obj):
         """`obj` with every replaced proxy substituted."""
@@ -93,10 +97,12 @@ class _Rewriter:
 
     def may_replace(self, old: Proxy, new: Proxy) -> bool:
         """Never merge two returned values (eager returns distinct tensors) nor return an
-        input in place of a computed output."""
+        input, or a view (of an input, say: x[:, :2].float().bfloat16()), in place of a
+        computed output."""
         if old.name in self.mutated or new.name in self.mutated:
             return False
-        return not (old.name in self.outputs and (new.name in self.inputs or new.name in self.outputs))
+        return not (old.name in self.outputs and (
+            new.name in self.inputs or new.name in self.outputs or new.name in self.views))
 
     def substitute(self, old: Proxy, new: Proxy) -> None:
         self.replace[old.name] = new
