@@ -116,6 +116,14 @@ REGRESSIONS = {
     "copy_of_an_expanded_input_into_itself": (
         "def program(x):\n    x[None, :][0:3:2] = x\n    return x + 1\n",
         [Spec("x", (4,), torch.int64, layout="expanded")]),
+    # seed 100284 (slow): the optimizer removed an exact round trip (bf16 -> f32 -> bf16) of a
+    # returned value, returning the view it converted: layer_norm of an empty view shared
+    # the index_select's storage, and x[:, :2].float().bfloat16() was a view of the input
+    "round_trip_of_a_view_is_a_new_tensor": (
+        "def program(x, i):\n"
+        "    v = x.index_select(-1, i % 2).narrow(-1, 1, 0)\n"
+        "    return F.layer_norm(v, (0,)), x[:, :1].float().to(torch.bfloat16)\n",
+        [Spec("x", (5, 2), torch.bfloat16, layout="offset"), Spec("i", (4,), torch.int64, high=2)]),
 }
 
 
