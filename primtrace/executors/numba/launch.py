@@ -137,7 +137,7 @@ def flatten_like(proxies, values):
     """(proxies, values) flattened side by side: a call's nested results against its proxies."""
     if isinstance(proxies, Proxy):
         return [proxies], [values]
-    if type(proxies) in (tuple, list):
+    if isinstance(proxies, (tuple, list)):   # namedtuples too (torch.max's)
         ps, vs = [], []
         for p, v in zip(proxies, values):
             a, b = flatten_like(p, v)
