@@ -247,6 +247,24 @@ def _call_ref(trace, func, target, args, kwargs):
     if out is not None:
         from primtrace.refs.out import copy_to_out
         result = copy_to_out(out, result, args)
+    if trace.depth == 0 and has_proxy(*bound):
+        result = _per_call(trace, result)
+    return result
+
+
+def _per_call(trace, result):
+    """`result` of a ref on traced values, where a tensor in it is a constant the ref made
+    while tracing (``x.all()`` of an empty x: True) replaced by a copy made on every call:
+    eager's result is a new tensor per call, which the code may write into (``.zero_()``)."""
+    def fresh(x):
+        if not _proxy.is_real_tensor(x):
+            return x
+        from primtrace import prims
+        with _recording_constants(trace, True):
+            return prims.clone(x)
+    if _proxy.is_real_tensor(result) or (isinstance(result, (tuple, list)) and any(
+            _proxy.is_real_tensor(x) for x in tree_flatten(result))):
+        return tree_map(fresh, result)
     return result
 
 
