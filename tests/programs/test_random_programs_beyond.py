@@ -134,6 +134,12 @@ REGRESSIONS = {
     "all_of_empty_is_new_per_call": (
         "def program(x):\n    v = x.all()\n    s = v.nansum(-1)\n    v.zero_()\n    return s.view(1), v\n",
         [Spec("x", (0, 3), torch.int32, layout="transposed")]),
+    # seed 102326 (slow): eager's float16 layer_norm of one element is -2.2e-5, not 0 (its
+    # x * scale + bias rounds), so its any() is True; ours is 0, as the float64 run's: a
+    # bool computed from floats may differ from eager's where it is the float64 run's value
+    "any_of_a_float_rounding": (
+        "def program(x, w):\n    return F.layer_norm(x, (1,), w, None, 1e-5).any(-1)\n",
+        [Spec("x", (1,), torch.float16, seed=664104542), Spec("w", (1,), torch.float16, seed=178704333)]),
 }
 
 
