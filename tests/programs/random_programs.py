@@ -11,8 +11,9 @@ most lines are valid; a line that eager rejects is dropped, or rarely kept as th
 ``check(program)`` runs eager and ``primtrace.jit`` (two calls each, fresh inputs per call)
 and compares outputs (the conformance rule: dtype, shape, integers exact, floats close to
 eager or at least as close to a float64 run, within the tolerance of the narrowest float
-dtype the value was computed through; an integer computed from floats may be the float64
-run's value where eager's differs), output strides where eager's are defined
+dtype the value was computed through; through a half dtype, within twice eager's distance
+of the float64 run; an integer computed from floats may be the float64 run's value where
+eager's differs), output strides where eager's are defined
 (views, elementwise results), which outputs share storage with which inputs, the final
 state of every input and of the module's parameters and buffers.
 
@@ -659,6 +660,10 @@ def _compare(got, expected, reference_fn, low):
     computed from floats (``y.any()``, ``x.argmax()``) may differ from eager's where it is the
     float64 run's value (eager's float rounding moved it: ours is as close as eager's)."""
     problem = compare_outputs(got, expected, reference_fn, _scale(low, getattr(expected, "dtype", None)))
+    if problem and low in (torch.float16, torch.bfloat16) and isinstance(expected, torch.Tensor) \
+            and isinstance(got, torch.Tensor) and expected.is_floating_point() \
+            and got.dtype == expected.dtype and got.shape == expected.shape:
+        return None if _within_twice(got, expected, reference_fn, _TOL[low][1]) else problem
     if (problem and low is not None and isinstance(expected, torch.Tensor)
             and isinstance(got, torch.Tensor) and not expected.is_floating_point()
             and not expected.is_complex() and got.dtype == expected.dtype
@@ -671,6 +676,29 @@ def _compare(got, expected, reference_fn, low):
                 ((got == expected) | (got == reference.to(got.dtype))).all()):
             return None
     return problem
+
+
+def _within_twice(got, expected, reference_fn, atol) -> bool:
+    """Whether `got` is within twice eager's distance of the float64 run (plus atol),
+    element by element, NaN where eager's is: a value computed through a half dtype rounds
+    its intermediates to 8 or 11 bits, and the ops after one can magnify a 1-ulp difference
+    (sigmoid of a bfloat16 log_softmax: 1 ulp at 5.05 is 3% of the result), so that of two
+    chains rounding as exactly, either may end farther. TorchInductor's check against a
+    float64 run allows the same (torch._dynamo.utils.same: multiplier=2.0)."""
+    try:
+        reference = reference_fn()
+    except Exception:
+        return False
+    if not isinstance(reference, torch.Tensor) or reference.shape != expected.shape:
+        return False
+    o, e, r = (t.detach().to(torch.float64) for t in (got, expected, reference))
+    if not torch.equal(o.isnan(), e.isnan()) or bool((r.isnan() & ~e.isnan()).any()):
+        return False
+    keep = ~o.isnan()
+    o, e, r = o[keep], e[keep], r[keep]
+    same_inf = torch.isinf(o) & (o == e)
+    return bool(((o - r).abs() <= 2 * (e - r).abs() + atol)[~same_inf].all()) and bool(
+        (torch.isinf(o) == torch.isinf(e)).all())
 
 
 def _leaves(obj):

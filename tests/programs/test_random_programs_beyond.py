@@ -140,6 +140,13 @@ REGRESSIONS = {
     "any_of_a_float_rounding": (
         "def program(x, w):\n    return F.layer_norm(x, (1,), w, None, 1e-5).any(-1)\n",
         [Spec("x", (1,), torch.float16, seed=664104542), Spec("w", (1,), torch.float16, seed=178704333)]),
+    # seed 103585 (slow): the fused log_softmax rounds -5.0467 to bfloat16 -5.03125 (eager's
+    # float32 path rounds it to -5.0625); sigmoid makes that 1 ulp 3% of its result, eager's
+    # ending closer to float64 by chance: through a half dtype, ours may be up to twice as
+    # far from the float64 run as eager's (TorchInductor's rule)
+    "sigmoid_of_a_bfloat16_log_softmax": (
+        "def program(x):\n    return torch.sigmoid(F.log_softmax(x, dim=-1).flatten())\n",
+        [Spec("x", (4,), torch.bfloat16, seed=738828824)]),
 }
 
 
