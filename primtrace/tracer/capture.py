@@ -571,7 +571,8 @@ def to_prims(trace: Trace) -> Trace:
                     prim.origin = node   # an executor may run the call instead (see lower)
             nodes += flat
             continue
-        nodes.append(torch_call_node(node))
+        call = torch_call_node(node)
+        nodes += [call, *_versions_after(node, call)]
         kept += 1
     prims = trace.derive(nodes, "prims")
     if kept:
@@ -579,6 +580,30 @@ def to_prims(trace: Trace) -> Trace:
             f"{kept} op(s) whose results require grad run as the torch calls the code made, "
             f"for eager's autograd (primtrace has no fused autograd yet)")]
     return prims
+
+
+def _versions_after(node: Node, call: Node) -> list[Node]:
+    """What defines, after `call` runs in place of ref `node`'s prims, the new versions of
+    tensors the prims wrote that are not the call's results (batch_norm's running stats,
+    which later code reads as those versions): each is its tensor, read after the call."""
+    from primtrace import prims
+    after = call.output_proxies[:1]
+    if not after:
+        return []
+    leaves = node.flat()
+    made = {p.name for n in leaves for p in n.output_proxies}
+    results = {p.name for p in call.output_proxies}
+    defined, nodes = set(), []
+    for n in leaves:
+        if n.symbol.name != "copy_to" or not isinstance(n.outputs, TensorProxy):
+            continue
+        dst, version = n.args[0], n.outputs
+        if version.name in results or (dst.name in made and dst.name not in defined):
+            continue   # a result, or written through a view made inside (not left outside)
+        nodes.append(Node(prims.aliased, (dst, after[0]), {}, version, source=node.source,
+                          grad_enabled=node.grad_enabled))
+        defined.add(version.name)
+    return nodes
 
 
 def _plain(result):
