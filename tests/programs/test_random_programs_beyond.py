@@ -157,6 +157,12 @@ REGRESSIONS = {
         "    return y\n",
         [Spec("x", (2, 4), torch.float32), Spec("w", (4,), torch.float32, seed=1, grad=True),
          Spec("rm", (4,), torch.float32, seed=2), Spec("rv", (4,), torch.float32, seed=3)]),
+    # seed 104451 (slow): index_fill with a tensor value of an empty (0, 0) input built its
+    # mask on a (0,) vector, where torch's index_fill fails for any index (eager's, on the
+    # input's own shape, needs no memory there)
+    "index_fill_of_an_empty_input": (
+        "def program(x, i):\n    return x.index_fill(0, i % 1, torch.tensor(2).to(x.dtype))\n",
+        [Spec("x", (0, 0), torch.int64), Spec("i", (4,), torch.int64, high=4)]),
 }
 
 
