@@ -123,6 +123,12 @@ class Trace:
         new._counter = self._counter
         return new
 
+    def recorded_leaves(self):
+        """Every leaf node recorded so far, those of ref nodes still being recorded too."""
+        for scope in self._scopes:   # an open scope's node is not in its parent's list yet
+            for node in scope:
+                yield from node.flat()
+
     # --- views ----------------------------------------------------------------------------
     def flat_nodes(self) -> list[Node]:
         return [leaf for node in self.nodes for leaf in node.flat()]

@@ -344,6 +344,12 @@ def _index_fill_arguments(input, dim, index, value) -> int:
 def _index_mask(input, d, index):
     """A bool tensor of input's shape, True on the slices at index along d (index checked and
     wrapped by prims.index_fill itself, on a vector of the dim's size)."""
+    if input.numel() == 0 and input.ndim:
+        # eager's kernel views the input at the index's positions: an error where that view
+        # needs memory (x of (0, 2) at [0]), none where it does not ((0, 0) or (2, 0))
+        with as_nodes():
+            none = prims.full(tuple(input.shape), False, dtype=torch.bool, device=input.device)
+        return prims.index_fill(none, d, index, True)
     size = input.shape[d] if input.ndim else 1
     with as_nodes():
         none = prims.full((size,), False, dtype=torch.bool, device=input.device)

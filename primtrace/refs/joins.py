@@ -79,7 +79,15 @@ def joined(name, tensors, dim):
                 raise RuntimeError(f"Sizes of tensors must match except in dimension {d}. "
                                    f"Expected size {first.shape[k]} but got size {t.shape[k]} "
                                    f"for tensor number {i} in the list.")
-    return prims.cat([maybe_convert(t, dtype) for t in kept], d)
+    # a skipped tensor that requires grad still makes the result require grad (eager's
+    # autograd records every input): it joins as an empty tensor of the others' shape
+    parts = [t if any(t is k for k in kept) else reshaped(t, _empty_part(first.shape, d))
+             for t in tensors if any(t is k for k in kept) or getattr(t, "requires_grad", False)]
+    return prims.cat([maybe_convert(t, dtype) for t in parts], d)
+
+
+def _empty_part(shape, d):
+    return tuple(0 if i == d else n for i, n in enumerate(shape))
 
 
 def _into(out, result, tensors):

@@ -117,6 +117,21 @@ def sum(input, dim=None, keepdim=False, *, dtype=None):
 
 
 @ref
+def nansum(input, dim=None, keepdim=False, *, dtype=None):
+    """sum with NaN counted as zero (eager's meta kernel keeps every dim for dim=(), its CPU
+    kernel reduces them all, as sum does: the ref is sum's)."""
+    _require_tensor("nansum", input)
+    _check_dtype("nansum", dtype)
+    if input.dtype.is_complex:
+        raise RuntimeError("nansum on CPU does not support complex inputs")
+    dims = reduction_dims("nansum", input, dim)
+    x = maybe_convert(input, _sum_dtype(input, dtype))
+    if x.dtype.is_floating_point:
+        x = prims.where(prims.isnan(x), 0.0, x)
+    return keep_dims(prims.sum(x, dims), input, dims, keepdim)
+
+
+@ref
 def prod(input, dim=_NO_DIM, keepdim=False, *, dtype=None):
     """The product over one dim (all dims without one), in `dtype`: int64 for bool and
     integers. Eager's prod takes a single int dim, not None nor a tuple."""

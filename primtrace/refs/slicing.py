@@ -236,9 +236,10 @@ def _basic(index) -> bool:
 
 def _rows_index(input, index) -> bool:
     """x[i] with one integer tensor of one or more dims on a row-major x with rows: rows
-    gathered by index_select (other integer indices: prims.index, the kernel eager runs)."""
+    gathered by index_select (other integer indices: prims.index, the kernel eager runs).
+    Not an empty x: eager's index checks no index value where the result is empty."""
     return (is_tensor(index) and index.ndim > 0 and index.dtype in (torch.int32, torch.int64)
-            and index.device == input.device and input.ndim > 0 and input.shape[0] > 0
+            and index.device == input.device and input.ndim > 0 and input.numel() > 0
             and tuple(input.stride()) == contiguous_strides(tuple(input.shape)))
 
 

@@ -18,7 +18,8 @@ import warnings
 import torch
 
 from primtrace import prims
-from primtrace.ir.proxy import is_real_tensor
+from primtrace.ir.proxy import TensorProxy, is_real_tensor
+from primtrace.ir.trace import current_trace
 from primtrace.refs.core import (broadcast, broadcast_shapes, exports, is_number, is_tensor,
                                  maybe_convert, ref)
 from primtrace.refs.creation import PYTHON_DTYPES, as_nodes, filled, like
@@ -55,13 +56,45 @@ def _wrapped_number(value, device):
 
 
 def _same_data(self, other) -> bool:
-    """Eager's early exit: other is self, or a view of exactly the same elements."""
+    """Eager's early exit: other is self, or a view of exactly the same elements (traced:
+    views of one tensor at the same offset, ``x[None][0:1] = x`` of an expanded x)."""
     if other is self:
         return True
-    return (is_real_tensor(self) and is_real_tensor(other) and self.dtype == other.dtype
-            and self.data_ptr() == other.data_ptr() and self.shape == other.shape
-            and self.stride() == other.stride() and self.is_conj() == other.is_conj()
+    if not (is_tensor(self) and is_tensor(other) and self.dtype == other.dtype
+            and self.shape == other.shape and self.stride() == other.stride()):
+        return False
+    if isinstance(self, TensorProxy) and isinstance(other, TensorProxy):
+        trace = current_trace()
+        if trace is None:
+            return False
+        producers = {p.name: n for n in trace.recorded_leaves() for p in n.output_proxies}
+        return _memory_position(self, producers) == _memory_position(other, producers)
+    return (is_real_tensor(self) and is_real_tensor(other)
+            and self.data_ptr() == other.data_ptr() and self.is_conj() == other.is_conj()
             and self.is_neg() == other.is_neg())
+
+
+#: view prims whose result starts where their input does
+_SAME_START = frozenset({"reshape_view", "permute", "squeeze", "unsqueeze", "expand",
+                         "broadcast_in_dim", "unfold", "aliased", "copy_to"})
+
+
+def _memory_position(p, producers) -> tuple:
+    """(the name of the tensor whose memory `p` is, p's first element's byte offset in it),
+    through the view prims (and writes, whose result is their destination) that made p."""
+    offset = 0
+    while (node := producers.get(p.name)) is not None and node.args \
+            and isinstance(node.args[0], TensorProxy):
+        a, name = node.args[0], node.symbol.name
+        if name == "slice":
+            offset += sum(b * s for b, s in zip(node.args[1], a.stride())) * a.element_size()
+        elif name == "diagonal":
+            at, dim1, dim2 = node.args[1:4]
+            offset += (at * a.stride()[dim2] if at >= 0 else -at * a.stride()[dim1]) * a.element_size()
+        elif name not in _SAME_START:
+            break
+        p = a
+    return p.name, offset
 
 
 def _across_devices(self, other) -> bool:

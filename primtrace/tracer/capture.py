@@ -284,6 +284,24 @@ def _call_ref(trace, func, target, args, kwargs):
     if out is not None:
         from primtrace.refs.out import copy_to_out
         result = copy_to_out(out, result, args)
+    if trace.depth == 0 and has_proxy(*bound):
+        result = _per_call(trace, result)
+    return result
+
+
+def _per_call(trace, result):
+    """`result` of a ref on traced values, where a tensor in it is a constant the ref made
+    while tracing (``x.all()`` of an empty x: True) replaced by a copy made on every call:
+    eager's result is a new tensor per call, which the code may write into (``.zero_()``)."""
+    def fresh(x):
+        if not _proxy.is_real_tensor(x):
+            return x
+        from primtrace import prims
+        with _recording_constants(trace, True):
+            return prims.clone(x)
+    if _proxy.is_real_tensor(result) or (isinstance(result, (tuple, list)) and any(
+            _proxy.is_real_tensor(x) for x in tree_flatten(result))):
+        return tree_map(fresh, result)
     return result
 
 
@@ -590,7 +608,8 @@ def to_prims(trace: Trace) -> Trace:
                     prim.origin = node   # an executor may run the call instead (see lower)
             nodes += flat
             continue
-        nodes.append(torch_call_node(node))
+        call = torch_call_node(node)
+        nodes += [call, *_versions_after(node, call)]
         kept += 1
     prims = trace.derive(nodes, "prims")
     if kept:
@@ -598,6 +617,30 @@ def to_prims(trace: Trace) -> Trace:
             f"{kept} op(s) whose results require grad run as the torch calls the code made, "
             f"for eager's autograd (primtrace has no fused autograd yet)")]
     return prims
+
+
+def _versions_after(node: Node, call: Node) -> list[Node]:
+    """What defines, after `call` runs in place of ref `node`'s prims, the new versions of
+    tensors the prims wrote that are not the call's results (batch_norm's running stats,
+    which later code reads as those versions): each is its tensor, read after the call."""
+    from primtrace import prims
+    after = call.output_proxies[:1]
+    if not after:
+        return []
+    leaves = node.flat()
+    made = {p.name for n in leaves for p in n.output_proxies}
+    results = {p.name for p in call.output_proxies}
+    defined, nodes = set(), []
+    for n in leaves:
+        if n.symbol.name != "copy_to" or not isinstance(n.outputs, TensorProxy):
+            continue
+        dst, version = n.args[0], n.outputs
+        if version.name in results or (dst.name in made and dst.name not in defined):
+            continue   # a result, or written through a view made inside (not left outside)
+        nodes.append(Node(prims.aliased, (dst, after[0]), {}, version, source=node.source,
+                          grad_enabled=node.grad_enabled))
+        defined.add(version.name)
+    return nodes
 
 
 def _plain(result):

@@ -9,7 +9,8 @@ remove_lossy_round_trips=True)``).
 
 Two rules keep rewrites safe around mutation and aliasing: a proxy that an in-place node
 writes (``prims.copy_to``) is never replaced nor used as a replacement, and a returned value
-is never replaced by an input (the caller would get its own tensor back, not a new one).
+is never replaced by an input or a view (the caller would get its own tensor back, or a
+view of one, not a new one).
 """
 from __future__ import annotations
 
@@ -26,6 +27,19 @@ IMPURE_TAGS = frozenset({"inplace", "random"})
 def is_pure(node: Node) -> bool:
     """A prim without side effects: may be removed when unused and merged with its twin."""
     return node.symbol.kind is SymbolKind.PRIM and not (node.symbol.tags & IMPURE_TAGS)
+
+
+def may_raise(node: Node) -> bool:
+    """A pure prim that raises on some values (eager's error even where the result is
+    unused): an index out of bounds, an integer division by zero."""
+    if "indexing" in node.symbol.tags:
+        return True
+    if node.symbol.name in ("div", "remainder", "fmod") and node.symbol.kind is SymbolKind.PRIM:
+        out = node.outputs
+        divisor = node.args[1] if len(node.args) > 1 else node.kwargs.get("b")
+        return (isinstance(out, TensorProxy) and not out.dtype.is_floating_point
+                and not out.dtype.is_complex and (isinstance(divisor, Proxy) or divisor == 0))
+    return False
 
 
 def mutated_proxy(node: Node):
@@ -64,6 +78,9 @@ class _Rewriter:
         self.inputs = {p.name for p in trace.inputs}
         self.outputs = _returned_storage(trace)
         self.mutated = {p.name for n in trace.nodes if (p := mutated_proxy(n)) is not None}
+        # values whose memory is another tensor's: views (and what the tracer noted as such)
+        self.views = set(trace.tags.get("alias_roots", ())) | {
+            p.name for n in trace.nodes if "view" in n.symbol.tags for p in n.output_proxies}
 
     def sub(self, obj):
         """`obj` with every replaced proxy substituted."""
@@ -80,10 +97,12 @@ class _Rewriter:
 
     def may_replace(self, old: Proxy, new: Proxy) -> bool:
         """Never merge two returned values (eager returns distinct tensors) nor return an
-        input in place of a computed output."""
+        input, or a view (of an input, say: x[:, :2].float().bfloat16()), in place of a
+        computed output."""
         if old.name in self.mutated or new.name in self.mutated:
             return False
-        return not (old.name in self.outputs and (new.name in self.inputs or new.name in self.outputs))
+        return not (old.name in self.outputs and (
+            new.name in self.inputs or new.name in self.outputs or new.name in self.views))
 
     def substitute(self, old: Proxy, new: Proxy) -> None:
         self.replace[old.name] = new
@@ -97,11 +116,12 @@ class _Rewriter:
 
 
 def dce(trace: Trace) -> Trace:
-    """Dead-code elimination: drop pure nodes none of whose outputs is used or returned."""
+    """Dead-code elimination: drop pure nodes none of whose outputs is used or returned, but
+    guards and nodes that may raise (eager raises for an unused x[i] out of bounds too)."""
     live = {p.name for p in proxies_in(trace.outputs)}
     kept = []
     for node in reversed(trace.nodes):
-        if (not is_pure(node) or "guard" in node.symbol.tags
+        if (not is_pure(node) or "guard" in node.symbol.tags or may_raise(node)
                 or any(p.name in live for p in node.output_proxies)):
             kept.append(node)
             live.update(p.name for p in node.inputs)
@@ -233,4 +253,4 @@ def optimize(trace: Trace, *, remove_lossy_round_trips: bool = False) -> Trace:
 
 
 __all__ = ["dce", "cse", "remove_noop_converts", "remove_round_trips", "optimize",
-           "holds_exactly", "is_pure", "mutated_proxy"]
+           "holds_exactly", "is_pure", "may_raise", "mutated_proxy"]

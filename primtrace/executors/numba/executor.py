@@ -41,6 +41,7 @@ from primtrace.ir.proxy import NumberProxy, TensorProxy
 from primtrace.ir.symbol import SymbolKind
 from primtrace.ir.trace import Node, Trace
 from primtrace.ir.tree import proxies_in
+from primtrace.tracer.passes import may_raise
 
 #: Regions joined only by an ordering edge (two in-place updates of different tensors, as
 #: in an optimizer step over several parameters) share no data: one kernel saves launches,
@@ -180,11 +181,19 @@ class NumbaFusionExecutor(FusionExecutor):
         claimed = trace.tags.get("claimed", ())
         producer = {p.name: n for n in nodes for p in n.output_proxies}
         produced = set(producer)
+        consumers: dict[str, set[int]] = {}
+        for i, n in enumerate(nodes):
+            for p in n.inputs:
+                consumers.setdefault(p.name, set()).add(i)
+        returned = {p.name for p in proxies_in(trace.outputs)}
         fusible = set()
         grad_mode = trace.tags.get("grad_enabled", torch.is_grad_enabled())
         for i, n in enumerate(nodes):
             if id(n) in claimed or i in excluded or not self.can_fuse(n):
                 continue
+            if may_raise(n) and not any(p.name in returned or consumers.get(p.name)
+                                        for p in n.output_proxies):
+                continue  # kept only for its error (x // 0 unused): a kernel would not compute it
             if needs_autograd(n, grad_mode):
                 note = ("values that require grad run in torch, which records the backward "
                         "graph (primtrace has no fused autograd yet)")
@@ -196,11 +205,6 @@ class NumbaFusionExecutor(FusionExecutor):
                 if dst is not None and dst.symbol.name == "broadcast_in_dim":
                     continue  # writing through a broadcast view: leave it to torch's checks
             fusible.add(i)
-        consumers: dict[str, set[int]] = {}
-        for i, n in enumerate(nodes):
-            for p in n.inputs:
-                consumers.setdefault(p.name, set()).add(i)
-        returned = {p.name for p in proxies_in(trace.outputs)}
         group = {i: i for i in fusible}
         members = {i: {i} for i in fusible}
 

@@ -4,7 +4,7 @@ A launcher is the Python function a fused node calls: it allocates new outputs, 
 addresses (CPU) or flat views (CUDA) and scalars to the kernel, and returns the region's
 outputs (:func:`returns_text`). One that writes an input in place first checks that input
 against the others it reads or writes (:func:`alias_check_lines`): eager's overlap error,
-or the region's prims run unfused (:func:`unfused`) when one kernel would read values
+or the region run unfused (:func:`unfused`) when one kernel would read values
 another element's store already changed.
 """
 from __future__ import annotations
@@ -80,9 +80,14 @@ def aliased(written, other, eager: bool, strict: bool) -> bool:
 
 
 def unfused(region):
-    """The region's prims run one by one by torch, in trace order: what the launcher does
-    when its operands alias in a way one kernel cannot honour (``y[1:] += y[:-1] * 2``
-    reads the old ``y[:-1]`` through a temporary in eager; a kernel would read new values)."""
+    """The region run one torch call at a time, in trace order: what the launcher does when
+    its operands alias in a way one kernel cannot honour. ``y[1:] += y[:-1] * 2`` reads the
+    old ``y[:-1]`` through eager's temporary; ``x.mul_(x[0])`` (x not dense, so eager's
+    overlap check cannot tell) reads x[0] as torch's in-place kernel rewrites it. So each
+    group of prims that is one whole torch call runs as that call (:func:`_steps`), the
+    rest prim by prim."""
+    steps = _steps(region)
+
     def run(*values):
         env = {p.name: v for p, v in zip(region.inputs, values)}
 
@@ -92,13 +97,71 @@ def unfused(region):
             if type(x) in (tuple, list):
                 return type(x)(value(y) for y in x)
             return x
-        for node in region.nodes:
+        for node, outs in steps:
             out = node.symbol(*value(node.args), **{k: value(v) for k, v in node.kwargs.items()})
-            outs = node.output_proxies
-            for p, v in zip(outs, out if len(outs) > 1 else (out,)):
+            if outs is None:     # a torch call: its results as its proxies are nested
+                outs, out = flatten_like(node.outputs, out)
+            elif len(outs) == 1:
+                out = (out,)
+            for p, v in zip(outs, out):
                 env[p.name] = v
         return tuple(env[p.name] for p in region.outputs)
     return run
+
+
+def _steps(region) -> list:
+    """(node, its output proxies) to run in order for `region`; a torch call's outputs are
+    None (nested as the call returns them). A run of consecutive prims of one ref node
+    becomes its torch call when the call's tensor arguments are at hand, it makes every
+    value of the run that later nodes read, and the run holds every write of the call
+    (a write left outside the region would be done twice)."""
+    from primtrace.tracer.capture import torch_call_node   # executors load before the tracer
+    from primtrace.tracer.passes import is_pure
+    nodes = region.nodes
+    needed = {p.name for p in region.outputs}
+    reads_after = []
+    for node in reversed(nodes):
+        reads_after.append(set(needed))
+        needed |= {p.name for p in node.inputs}
+    reads_after.reverse()
+    known = {p.name for p in region.inputs}
+    steps, i = [], 0
+    while i < len(nodes):
+        origin = nodes[i].origin
+        j = i + 1
+        while j < len(nodes) and origin is not None and nodes[j].origin is origin:
+            j += 1
+        run = nodes[i:j]
+        if origin is not None and origin.call is not None:
+            call = torch_call_node(origin)
+            made = {p.name for n in run for p in n.output_proxies}
+            results = {p.name for p in call.output_proxies}
+            writes = sum(not is_pure(n) for n in run)
+            if (all(p.name in known for p in call.inputs) and made & reads_after[j - 1] <= results
+                    and writes == sum(not is_pure(n) for n in origin.flat())):
+                steps.append((call, None))
+                known |= results
+                i = j
+                continue
+        for n in run:
+            steps.append((n, n.output_proxies))
+            known |= {p.name for p in n.output_proxies}
+        i = j
+    return steps
+
+
+def flatten_like(proxies, values):
+    """(proxies, values) flattened side by side: a call's nested results against its proxies."""
+    if isinstance(proxies, Proxy):
+        return [proxies], [values]
+    if isinstance(proxies, (tuple, list)):   # namedtuples too (torch.max's)
+        ps, vs = [], []
+        for p, v in zip(proxies, values):
+            a, b = flatten_like(p, v)
+            ps += a
+            vs += b
+        return ps, vs
+    return [], []
 
 
 def returns_text(plan: Plan) -> str:

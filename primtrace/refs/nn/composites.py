@@ -475,8 +475,16 @@ def group_norm_parts(input, groups, weight, bias, eps):
     computation = dtypes.opmath(input.dtype)
     x = maybe_convert(input, computation)
     if x.numel() == 0:
+        # eager's result is a new tensor (never the input) that requires grad where the
+        # input, weight or bias does: made from them, as the nonempty one
         stats = prims.full((n, groups), math.nan, dtype=computation, device=x.device)
-        return maybe_convert(x, input.dtype), stats, stats
+        y = x
+        if weight is not None:
+            y = prims.mul(y, _channel(weight, x, computation))
+        if bias is not None:
+            y = prims.add(y, _channel(bias, x, computation))
+        y = maybe_convert(y, input.dtype)
+        return (prims.clone(y) if y is input else y), stats, stats
     per = c // groups
     device = x.device
     # the channels of each group side by side: x[:, index] has dims (N, G, C/G, ...)

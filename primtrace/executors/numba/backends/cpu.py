@@ -13,8 +13,9 @@ functions chose (channels_last in, channels_last out), passes ``data_ptr()`` of 
 tensor, Python numbers and ``item()`` of 0-dim CPU tensors as scalars, and raises eager's
 ``RuntimeError("ZeroDivisionError")`` when the kernel counted an integer division by zero.
 A launcher that writes an input in place first checks that input against the others it
-reads or writes (``launch.alias_check_lines``: eager's overlap error, or the region's
-prims run unfused when one kernel would read values another element already wrote).
+reads or writes (``launch.alias_check_lines``: eager's overlap error, or the
+region run unfused, a torch call at a time, when one kernel would read values another
+element already wrote).
 """
 from __future__ import annotations
 
