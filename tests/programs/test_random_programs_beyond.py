@@ -16,7 +16,8 @@ import torch
 from primtrace.executors.numba import NumbaFusionExecutor
 import primtrace
 
-from .random_programs import Program, Spec, check, describe
+from .random_check import check, describe
+from .random_programs import Program, Spec
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
