@@ -28,6 +28,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from primtrace.ir.proxy import Proxy
+from primtrace.tracer.pystate import find_proxy, holds_proxy
 from primtrace.tracer.user_code import plain_dict, slot_names
 
 _PLAIN = (tuple, list, dict)
@@ -97,7 +98,7 @@ def _container(obj, existing=frozenset(), within: tuple = ()):
     if isinstance(obj, list):
         return list(obj), lambda values: _with_items(obj, range(len(values)), values)
     d = plain_dict(obj)
-    if d is not None and not slot_names(t) and _proxy_path(obj, 0, set()) is not None:
+    if d is not None and not slot_names(t) and holds_proxy(obj):
         names = list(d)
         return [d[n] for n in names], lambda values: _instance(t, names, values)
     return None
@@ -127,40 +128,16 @@ def _with_items(obj, keys, values):
     return new
 
 
-_ATOMS = (type(None), bool, int, float, complex, str, bytes, type)
-
-
 def _warn_if_holding_proxies(obj) -> None:
     """A returned object that is no container but holds traced values in its attributes (a
     transformers DynamicCache built while tracing) is returned as it is, the same object on
     every call, with proxies inside: say so rather than return it silently."""
     if isinstance(obj, (Proxy, torch.Tensor)):
         return
-    path = _proxy_path(obj, 0, set())
-    if path is not None:
+    found = find_proxy([(type(obj).__name__, obj)])
+    if found is not None:
         warnings.warn(f"primtrace: the function returns a {type(obj).__name__} object that "
-                      f"holds traced values ({type(obj).__name__}{path}); it is not a container "
+                      f"holds traced values ({found[0]}); it is not a container "
                       f"primtrace rebuilds, so every call returns the object built while "
                       f"tracing, with proxies inside (return tensors, or containers of them)",
                       stacklevel=2)
-
-
-def _proxy_path(obj, depth: int, seen: set):
-    """Where a proxy sits inside `obj`'s attributes and items (a few levels deep), or None."""
-    if isinstance(obj, Proxy):
-        return ""
-    if isinstance(obj, _ATOMS) or depth > 4 or id(obj) in seen or callable(obj):
-        return None
-    seen.add(id(obj))
-    if isinstance(obj, dict):
-        items = [(f"[{k!r}]", v) for k, v in obj.items()]
-    elif isinstance(obj, (list, tuple)):
-        items = [(f"[{i}]", v) for i, v in enumerate(obj)]
-    else:
-        items = [(f".{k}", v) for k, v in getattr(obj, "__dict__", {}).items()]
-        items += [(f".{k}", getattr(obj, k)) for k in slot_names(type(obj)) if hasattr(obj, k)]
-    for where, value in items[:64]:
-        found = _proxy_path(value, depth + 1, seen)
-        if found is not None:
-            return where + found
-    return None

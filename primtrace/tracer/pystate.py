@@ -380,7 +380,7 @@ class Replay:
             items = [(k, self._encode(x, f"{label}[{k!r}]", depth + 1)) for k, x in v.items()]
             template = self._memo[id(v)] = ("new", dict, items)
             return template
-        if not _holds_proxy(v):
+        if not holds_proxy(v):
             return ("const", v)
         d = plain_dict(v)
         if d is None or slot_names(t):
@@ -490,20 +490,21 @@ def _follow(call, path):
     return obj
 
 
-def _holds_proxy(v, depth: int = 0) -> bool:
+def holds_proxy(v, depth: int = 0) -> bool:
+    """Whether a proxy sits in `v`: its items, a plain object's attributes and slots."""
     if isinstance(v, Proxy):
         return True
     if depth > _DEPTH:
         return False
     t = type(v)
     if t in (list, tuple, set, frozenset):
-        return any(_holds_proxy(x, depth + 1) for x in v)
+        return any(holds_proxy(x, depth + 1) for x in v)
     if t is dict:
-        return any(_holds_proxy(x, depth + 1) for x in v.values())
+        return any(holds_proxy(x, depth + 1) for x in v.values())
     d = plain_dict(v)
-    if d is not None and any(_holds_proxy(x, depth + 1) for x in d.values()):
+    if d is not None and any(holds_proxy(x, depth + 1) for x in d.values()):
         return True
-    return any(_holds_proxy(getattr(v, n, None), depth + 1) for n in slot_names(t))
+    return any(holds_proxy(getattr(v, n, None), depth + 1) for n in slot_names(t))
 
 
 # --- no proxy may escape -----------------------------------------------------------------------
