@@ -33,6 +33,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
+from primtrace.autodiff.function import Fallback, Plan, split, wanted_inputs
 from primtrace.executors import TORCH, Executor, default_executors
 from primtrace.executors.buffer_reuse import reuse_buffers
 from primtrace.executors.execution_trace import lower
@@ -138,25 +139,67 @@ def _executor_list(executors) -> list[Executor]:
 
 def build(fn, args: tuple, kwargs: dict, executors: list[Executor], options: dict,
           stop: str | None = None) -> list[Trace]:
-    """The traces of `fn` on these inputs, in pipeline order, up to stage `stop`."""
+    """The traces of `fn` on these inputs, in pipeline order, up to stage `stop`.
+
+    A call that needs gradients (grad mode on, an input requires grad) gets a forward trace
+    that also returns what its backward reads; the backward's traces (prims, optimized,
+    execution) are the last trace's ``tags["backward"]`` (:mod:`primtrace.autodiff.function`)."""
     acquisition = acquire(fn, args, kwargs)
     traces = [acquisition]
-    if stop != "acquisition":
-        traces.append(to_prims(acquisition))
-    if stop not in ("acquisition", "prims"):
-        prims = traces[-1]
-        optimized = (optimize(prims, remove_lossy_round_trips=options["remove_lossy_round_trips"])
-                     if options["optimize"] else prims.derive(prims.nodes, "optimized"))
-        traces.append(optimized)
-    if stop is None or stop == "execution":
-        traces.append(reuse_buffers(lower(traces[-1], executors)))
+    if stop == "acquisition":
+        return traces
+    prims, backward = _differentiated(acquisition)
+    traces.append(prims)
+    if stop == "prims":
+        return traces
+    optimized, execution = _finish(prims, executors, options)
+    traces.append(optimized)
+    if stop in (None, "execution"):
+        traces.append(execution)
+    if backward is not None:
+        traces[-1].tags["backward"] = [backward.trace, *_finish(backward.trace, executors, options)]
     return traces
+
+
+def _differentiated(acquisition: Trace):
+    """(prims trace, Backward or None): the forward of a call that needs gradients, or the
+    plain prims trace (a fallback's keeps torch's calls for autograd, with a note why)."""
+    wrt = wanted_inputs(acquisition)
+    if not wrt:
+        return to_prims(acquisition), None
+    prims = to_prims(acquisition, keep_autograd_calls=False)
+    try:
+        forward, backward = split(prims, wrt)
+    except Fallback as e:
+        prims = to_prims(acquisition)
+        prims.tags["notes"] = [*prims.tags.get("notes", ()),
+                               f"no fused backward, autograd runs op by op: {e}"]
+        prims.tags["fallback"] = str(e)
+        return prims, None
+    if not backward.cotangents:   # no result needs grad: a plain trace, all of it fused
+        prims.tags["grad_enabled"] = False
+        return prims, None
+    return forward, backward
+
+
+def _finish(trace: Trace, executors, options) -> list[Trace]:
+    """[optimized, execution] of a prims trace."""
+    optimized = (optimize(trace, remove_lossy_round_trips=options["remove_lossy_round_trips"])
+                 if options["optimize"] else trace.derive(trace.nodes, "optimized"))
+    return [optimized, reuse_buffers(lower(optimized, executors))]
 
 
 def compile_fn(fn, args, kwargs, executors, options) -> Compiled:
     traces = build(fn, args, kwargs, executors, options)
-    run, source = compile_trace(traces[-1])
-    traces[-1].tags["python"] = source
+    execution = traces[-1]
+    run, source = compile_trace(execution)
+    execution.tags["python"] = source
+    backward = execution.tags.get("backward")
+    if backward is not None:
+        backward_run, backward_source = compile_trace(backward[-1])
+        backward[-1].tags["python"] = backward_source
+        run = Plan(run, backward_run, traces[1], traces[0].outputs,
+                   traces[0].tags.get("output_rebuild"))
     replay = traces[0].tags.get("replay")
     if replay is not None:   # Python state the function writes (primtrace.tracer.pystate)
         run = replay.wrap(run)

@@ -50,8 +50,9 @@ def reuse_buffers(trace: Trace) -> Trace:
     kept = {p.name for p in trace.inputs} | {p.name for p in proxies_in(trace.outputs)}
     nodes = list(trace.nodes)
     changed = False
+    autograd = trace.tags.get("grad_enabled") is not False   # False: it runs inside a Function
     for i, node in enumerate(nodes):
-        target = _dead_operand(node)
+        target = _dead_operand(node, autograd)
         if (target is None or target.name in kept or readers.get(target.name) != {i}
                 or not _fresh(producer.get(target.name), target)):
             continue
@@ -75,7 +76,7 @@ def in_place_symbol(call: Symbol) -> Symbol:
     return sym
 
 
-def _dead_operand(node: Node):
+def _dead_operand(node: Node, autograd: bool = True):
     """The first operand of a table call whose result it could hold, or None."""
     if (node.symbol.kind is not SymbolKind.OPAQUE or "inplace" in node.symbol.tags
             or node.symbol.torch_function not in IN_PLACE or not node.args
@@ -84,7 +85,7 @@ def _dead_operand(node: Node):
     a, out = node.args[0], node.outputs
     if not (isinstance(a, TensorProxy) and isinstance(out, TensorProxy)):
         return None
-    if any(getattr(p, "requires_grad", False) for p in (*node.inputs, out)):
+    if autograd and any(getattr(p, "requires_grad", False) for p in (*node.inputs, out)):
         return None
     same = (tuple(a.shape) == tuple(out.shape) and a.dtype == out.dtype
             and a.device == out.device and tuple(a.stride()) == tuple(out.stride()))

@@ -35,6 +35,7 @@ from primtrace.ir.symbol import Symbol, SymbolKind, has_proxy
 from primtrace.ir.trace import Node, Trace, current_trace, tracing
 from primtrace.ir.tree import tree_flatten, tree_map
 from primtrace.tracer import mapping
+from primtrace.tracer.autograd_calls import GRAPH_METHODS, custom_functions, record_graph_call
 from primtrace.tracer.compiling import compiling
 from primtrace.tracer.location import describe_location, user_location
 from primtrace.tracer.outputs import split as split_outputs
@@ -176,6 +177,8 @@ def dispatch(func, args, kwargs):
             return state.grad_of(args[0])   # an input's .grad is state too, read per call
     if target.name == "__iter__":
         return iter(dispatch(torch.Tensor.unbind, args[:1], {}))
+    if func in GRAPH_METHODS:
+        return record_graph_call(trace, opaque_symbol(func), *trace.resolve_args(args, kwargs))
     written = kwargs.get("out") if isinstance(kwargs.get("out"), TensorProxy) else (
         args[0] if args and isinstance(args[0], TensorProxy) else None)
     args, kwargs = trace.resolve_args(args, kwargs)
@@ -581,6 +584,12 @@ def record_opaque(trace, func, target, args, kwargs):
     return outputs
 
 
+def _record_function(trace, apply, args, kwargs):
+    """A custom autograd.Function's apply on traced values: one opaque node."""
+    target = mapping.Target(apply.__self__.__qualname__, "apply", None)
+    return record_opaque(trace, apply, target, *trace.resolve_args(args, kwargs))
+
+
 def torch_call_node(node: Node) -> Node:
     """A leaf node that runs the torch call a ref node stands for (``node.call``), with the
     ref node's outputs: torch's own kernel, and its autograd."""
@@ -591,15 +600,16 @@ def torch_call_node(node: Node) -> Node:
                 source=node.source, grad_enabled=node.grad_enabled)
 
 
-def to_prims(trace: Trace) -> Trace:
-    """The prims stage: every node flattened to prims and opaque calls, except ref nodes
-    whose results need autograd (grad mode on, a result requires grad): those run the torch
-    call the user made, so forward values and gradients are eager's own (a decomposition's
-    backward can differ: maximum(x, 0) splits the gradient at x == 0, relu does not)."""
+def to_prims(trace: Trace, keep_autograd_calls: bool = True) -> Trace:
+    """The prims stage: every node flattened to prims and opaque calls. With
+    `keep_autograd_calls` (the fallback when primtrace cannot differentiate the program),
+    ref nodes whose results need autograd (grad mode on, a result requires grad) run the
+    torch call the user made instead, with torch's own autograd."""
     grad_mode = trace.tags.get("grad_enabled", torch.is_grad_enabled())
     nodes, kept = [], 0
     for node in trace.nodes:
-        enabled = grad_mode if node.grad_enabled is None else node.grad_enabled
+        enabled = keep_autograd_calls and (grad_mode if node.grad_enabled is None
+                                           else node.grad_enabled)
         if node.call is None or not enabled or not any(
                 getattr(p, "requires_grad", False) for p in node.output_proxies):
             flat = node.flat()
@@ -615,7 +625,7 @@ def to_prims(trace: Trace) -> Trace:
     if kept:
         prims.tags["notes"] = [*trace.tags.get("notes", ()), (
             f"{kept} op(s) whose results require grad run as the torch calls the code made, "
-            f"for eager's autograd (primtrace has no fused autograd yet)")]
+            f"for eager's autograd")]
     return prims
 
 
@@ -711,7 +721,8 @@ def _acquire(fn, args, kwargs, name, numbers_as_constants: bool) -> TracingTrace
     trace.state = StateRecorder(fn, trace, tensors)
     snapshot, replay = Snapshot(fn, pargs, pkwargs), None
     try:
-        with tracing(trace), CaptureMode(trace), trace.state.recording(), compiling():
+        with tracing(trace), CaptureMode(trace), trace.state.recording(), compiling(), \
+                custom_functions(functools.partial(_record_function, trace)):
             out = fn(*pargs, **pkwargs)
         # a dataclass, a namedtuple, an object made while tracing... as plain containers
         out, rebuild = split_outputs(out, snapshot.objects.keys() | snapshot.arg_paths.keys())

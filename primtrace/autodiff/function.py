@@ -1,0 +1,180 @@
+"""primtrace.jit for calls that need gradients: a forward and a backward trace of prims, both
+fused, joined to torch's autograd by one ``torch.autograd.Function``.
+
+When grad mode is on and an input (an argument, a parameter, any state tensor the function
+reads) requires grad, the whole program is decomposed to prims, as without grad, and
+differentiated by the prims' rules (:func:`~primtrace.autodiff.backward_trace`). The
+forward trace returns the program's results and the values the backward reads; both traces
+go through the same passes and executors as any trace, so the backward's elementwise chains
+fuse like the forward's. The Function's forward runs the compiled forward and keeps the
+saved values with ``ctx.save_for_backward`` (saved-tensor hooks see them, and autograd frees
+them after the backward); its backward runs the compiled backward.
+
+Outputs require grad exactly when eager's would: those on a differentiable path from an
+input that requires grad; the others are marked non-differentiable. A program this cannot
+express correctly falls back to the per-op torch path (each op the torch call the code made,
+with torch's own autograd), and says why in the trace's header and in ``explain``:
+:class:`Fallback` names the reason. Double backward (``create_graph=True``) through the
+fused backward raises torch's once-differentiable error; it is never silently wrong.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from primtrace.autodiff.backward import backward_trace, differentiable, forward_with_saved
+from primtrace.ir.proxy import Proxy, TensorProxy
+from primtrace.ir.trace import Trace
+from primtrace.ir.tree import tree_flatten, tree_map
+from primtrace.prims.differentiation import NotDifferentiableError
+from primtrace.tracer.autograd_calls import needs_torch_autograd
+
+_Tensor = torch.Tensor
+
+
+class Fallback(Exception):
+    """Why a call that needs gradients runs op by op with torch's autograd instead."""
+
+
+def wanted_inputs(acquisition: Trace) -> list[TensorProxy]:
+    """The inputs whose gradients a call needs: none unless grad mode is on."""
+    if not acquisition.tags.get("grad_enabled", torch.is_grad_enabled()):
+        return []
+    return [p for p in acquisition.inputs
+            if isinstance(p, TensorProxy) and p.requires_grad and differentiable(p)]
+
+
+def split(prims: Trace, wrt: list[TensorProxy], partition=None):
+    """(forward trace, Backward) of a prims trace, or raise Fallback.
+
+    The forward returns ``(distinct results, saved values)``; the results are the proxies of
+    `prims.outputs`, each once, in order (the caller puts them back in their structure)."""
+    _check_writes(prims, wrt)
+    for node in prims.nodes:
+        reason = needs_torch_autograd(node)
+        if reason is not None:
+            raise Fallback(reason)
+    try:
+        bw = backward_trace(prims, wrt)
+    except NotDifferentiableError as e:
+        raise Fallback(str(e)) from None
+    if partition is not None:
+        bw = partition(prims, bw)
+    forward = forward_with_saved(prims, bw.saved)
+    forward.outputs = (tuple(distinct_results(prims.outputs)), tuple(bw.saved))
+    for trace in (forward, bw.trace):   # both run inside the Function, where grad is off
+        trace.nodes = [n.replace(grad_enabled=None) for n in trace.nodes]
+        trace.tags["grad_enabled"] = False
+    forward.tags["training"] = bw
+    return forward, bw
+
+
+def distinct_results(outputs) -> list[Proxy]:
+    seen, out = set(), []
+    for leaf in tree_flatten(outputs):
+        if isinstance(leaf, Proxy) and leaf.name not in seen:
+            seen.add(leaf.name)
+            out.append(leaf)
+    return out
+
+
+def _check_writes(prims: Trace, wrt) -> None:
+    """In-place writes a Function cannot express: into an input that requires grad, or,
+    by an in-place op of the user's, of a value that needs grad into any input (eager makes
+    that input require grad). A ref's side write (batch_norm's running statistics) is not
+    differentiated in eager either."""
+    inputs = {p.name: p for p in prims.inputs}
+    root: dict[str, str] = {p.name: p.name for p in prims.inputs}
+    for node in prims.nodes:
+        if "view" in node.symbol.tags and node.args and isinstance(node.args[0], Proxy):
+            r = root.get(node.args[0].name)
+            for p in node.output_proxies:
+                if r is not None:
+                    root[p.name] = r
+        if "inplace" not in node.symbol.tags or not node.args:
+            continue
+        dst = node.args[0]
+        r = root.get(getattr(dst, "name", None))
+        if r is None:
+            continue
+        for p in node.output_proxies:
+            root[p.name] = r
+        target = inputs[r]
+        if target.requires_grad:
+            raise Fallback(f"an in-place write into {r}, an input that requires grad "
+                           f"({node.source or node.symbol.name})")
+        origin = node.origin
+        side_write = origin is not None and not any(
+            getattr(q, "name", None) == r for q in tree_flatten(getattr(origin, "args", ())[:1]))
+        if not side_write and any(getattr(p, "requires_grad", False) for p in node.output_proxies):
+            raise Fallback(f"an in-place write of a value that requires grad into {r} "
+                           f"({node.source or node.symbol.name})")
+
+
+class Plan:
+    """What one compiled training call needs at run time."""
+
+    def __init__(self, forward: Callable, backward: Callable, forward_trace: Trace, template,
+                 rebuild=None):
+        """`forward_trace` is the prims trace :func:`split` made; `template` the program's
+        outputs as traced (proxies where the results go), `rebuild` its own containers."""
+        self.forward, self.backward, self.rebuild = forward, backward, rebuild
+        bw = forward_trace.tags["training"]
+        results = forward_trace.outputs[0]
+        index = {p.name: i for i, p in enumerate(results)}
+        self.template = tree_map(lambda x: _Slot(index[x.name]) if isinstance(x, Proxy) else x,
+                                 template)
+        active_outputs = {out.name for out, _ in bw.cotangents}
+        self.non_differentiable = [i for i, p in enumerate(results)
+                                   if isinstance(p, TensorProxy) and p.name not in active_outputs]
+        #: per cotangent input of the backward: (result index, strides it was traced with)
+        self.cotangents = [(index[out.name], tuple(out.stride())) for out, _ in bw.cotangents]
+        self.saved_kinds = [isinstance(p, TensorProxy) for p in bw.saved]
+        positions = {p.name: i for i, p in enumerate(forward_trace.inputs)}
+        self.wrt = [positions[p.name] for p in bw.wrt]
+
+    def __call__(self, *inputs):
+        results = _TracedFunction.apply(self, inputs, *[inputs[i] for i in self.wrt])
+        out = tree_map(lambda x: results[x.index] if x.__class__ is _Slot else x, self.template)
+        return out if self.rebuild is None else self.rebuild(out)
+
+
+class _Slot:
+    __slots__ = ("index",)
+
+    def __init__(self, index: int):
+        self.index = index
+
+
+class _TracedFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, plan: Plan, inputs: tuple, *wanted):
+        results, saved = plan.forward(*inputs)
+        tensors = [s for s, is_tensor in zip(saved, plan.saved_kinds) if is_tensor]
+        ctx.save_for_backward(*tensors)
+        ctx.numbers = [s for s, is_tensor in zip(saved, plan.saved_kinds) if not is_tensor]
+        ctx.plan = plan
+        if plan.non_differentiable:
+            ctx.mark_non_differentiable(*[results[i] for i in plan.non_differentiable])
+        return tuple(results)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, *grads):
+        plan = ctx.plan
+        tensors, numbers = iter(ctx.saved_tensors), iter(ctx.numbers)
+        saved = [next(tensors) if is_tensor else next(numbers) for is_tensor in plan.saved_kinds]
+        del ctx.numbers
+        cotangents = [_laid_out(grads[i], strides) for i, strides in plan.cotangents]
+        return (None, None, *plan.backward(*saved, *cotangents))
+
+
+def _laid_out(g: _Tensor, strides: tuple) -> _Tensor:
+    """The cotangent with the strides the backward was traced with (autograd hands over
+    what the next node made: an expanded ones for a sum, a transposed matmul result)."""
+    if all(n <= 1 or a == b for n, a, b in zip(g.shape, g.stride(), strides)):
+        return g
+    out = torch.empty_strided(g.shape, strides, dtype=g.dtype, device=g.device)
+    return out.copy_(g)
