@@ -30,7 +30,7 @@ a second pass over the rows to recompute). Never: random draws (a redraw is anot
 matmul, library, linalg and spectral prims (compute-bound), indexing, copies (cat, pad,
 flip), opaque calls, guards, in-place writes, numbers. Nor a node reading or making memory
 a write changes (it would see other values); nor a major operand (a quarter of its largest
-tensor or more) of a backward node that does not fuse: a matmul's operand must be
+input or more) of a backward node that does not fuse: a matmul's operand must be
 materialized in the backward anyway (AOTAutograd's ``ban_if_materialized_backward``; ours
 spares small ones, such as the index vector of cross-entropy's scatter); nor one more than ``MAX_CHAIN`` recomputed prims from a
 saved value (a chain from far back would make the backward's fusion region, and what it
@@ -214,15 +214,19 @@ def _ban(steps: list, nodes: list, backward_nodes: list, needed: list) -> None:
     for s in steps:   # reads or makes memory a write changes
         if any(p.name in touched for p in s.node.inputs + s.node.output_proxies):
             s.free = False
+    made = {p.name: n for n in backward_nodes for p in n.output_proxies}
     for node in backward_nodes:   # a major operand of a backward node that is not fused
-        if not fuses(node):
-            largest = max(map(nbytes, node.inputs + node.output_proxies))
-            for p in node.inputs:
-                s = producer.get(p.name) if 4 * nbytes(p) >= largest else None
-                while s is not None and _is_view(s.node) and s.free:
-                    s = producer.get(s.ins[0]) if s.ins else None
-                if s is not None:
-                    s.free = False
+        if fuses(node):
+            continue
+        largest = max(map(nbytes, node.inputs), default=0)
+        for p in (p for p in node.inputs if 4 * nbytes(p) >= largest):
+            while p.name in made and _is_view(made[p.name]):   # through views, to a forward value
+                p = made[p.name].args[0]
+            s = producer.get(p.name)
+            while s is not None and _is_view(s.node) and s.free:
+                s = producer.get(s.ins[0]) if s.ins else None
+            if s is not None:
+                s.free = False
     depth = {}
     for s in steps:   # long chains of recomputation
         d = 0
