@@ -126,11 +126,13 @@ class _Step:
     free: bool   # may be recomputed
 
 
-def partition(forward: Trace, bw: Backward, *, policy: str = "min_cut") -> Backward:
+def partition(forward: Trace, bw: Backward, *, policy: str = "min_cut", held=None) -> Backward:
     """`bw` (``backward_trace(forward)``) saving a min-cut of the forward values: its trace
     first recomputes, in forward order, the values it reads that are no longer saved
-    (``tags["recomputed"]``). policy="save_all": `bw` unchanged. May add to `forward` the
-    conversion of a Bernoulli draw to bool (no result changes) when it saves that."""
+    (``tags["recomputed"]``). policy="save_all": `bw` unchanged. `held`: the forward values
+    the caller holds anyway, whose saving adds no memory (default: every forward input and
+    output; the parameters alone charge activations as AOTAutograd does). May add to
+    `forward` the conversion of a Bernoulli draw to bool (no result changes) to save that."""
     if policy == "save_all":
         return bw
     if policy != "min_cut":
@@ -141,7 +143,7 @@ def partition(forward: Trace, bw: Backward, *, policy: str = "min_cut") -> Backw
         values.setdefault(p.name, p)
     needed = [p.name for p in bw.saved]
     _ban(steps, nodes, bw.trace.nodes, needed)
-    held = {p.name for p in proxies_in((forward.inputs, forward.outputs))}
+    held = {p.name for p in proxies_in((forward.inputs, forward.outputs) if held is None else held)}
     graph = _graph(forward, steps, values, needed, held)
     _, (reachable, _) = nx.minimum_cut(graph, "source", "sink")
     cut = {k for k in values if (k, IN) in reachable and (k, OUT) not in reachable}
@@ -153,7 +155,7 @@ def partition(forward: Trace, bw: Backward, *, policy: str = "min_cut") -> Backw
             todo |= set(steps[i].ins) - cut
     wanted = set(needed) | {k for i in chosen for k in steps[i].ins}
     keep = (cut & wanted) | (todo - _made(steps))
-    recompute = [steps[i].node for i in sorted(chosen)]
+    recompute = [steps[i].node.replace() for i in sorted(chosen)]   # the forward keeps its own
     trace = _backward(bw, recompute, {values[k].name for k in keep})
     new, old = trace.tags["saved"], bw.saved
     if _saved_bytes(nodes, new, held)[0] > _saved_bytes(nodes, old, held)[0]:
@@ -192,7 +194,8 @@ def _pack(node: Node, nodes: list):
     if not isinstance(draw, TensorProxy) or draw.dtype == torch.bool:
         return None
     convert = prims.convert_element_type
-    pack = next((n for n in nodes if n.symbol is convert and n.args == (draw, torch.bool)), None)
+    pack = next((n for n in nodes if n.symbol is convert and n.args[0] is draw
+                 and n.args[1] == torch.bool), None)
     if pack is None:
         bits = TensorProxy(f"{draw.name}_bool", convert.meta(draw, torch.bool))
         pack = Node(convert, (draw, torch.bool), {}, bits, source=node.source,
@@ -266,6 +269,8 @@ def _capacity(p, step, readers, held):
     """What holding `p` costs (None: infinite, a view recomputed from its base)."""
     if p.name in held:
         return max(1, nbytes(p) // HELD_DIVISOR)
+    if step is None:   # an input the caller may drop
+        return max(1, nbytes(p))
     if step.free and _is_view(step.node):
         return None
     fused_only = fuses(step.node) and readers and all(fuses(r.node) for r in readers)

@@ -215,6 +215,16 @@ def test_saved_intermediates_within_a_quarter_of_torch_compile(name):
     assert mine <= 1.25 * COMPILE_INTERMEDIATES[name]
 
 
+def test_activations_charged_as_aotautograd_does():
+    """held= the parameters only: x and r cost their bytes, so W13 saves x + r (one tensor)
+    instead, as torch.compile does."""
+    fn, args = _programs(torch.float32)["w13_layer_norm_gelu"]
+    forward = primtrace.trace(fn, stage="prims")(*args)
+    bw = partition(forward, backward_trace(forward), held=forward.inputs[2:])
+    assert [p.name for p in bw.saved if p.ndim == 2] == ["t0"]
+    assert saved_bytes(forward, bw.saved)[0] <= 1.25 * COMPILE_INTERMEDIATES["w13_layer_norm_gelu"]
+
+
 def test_both_traces_print_with_the_recomputation_visible(capsys):
     x, r, w, b = _programs(torch.float32)["w13_layer_norm_gelu"][1]
     forward = primtrace.trace(w13, stage="prims")(x, r, w, b)
