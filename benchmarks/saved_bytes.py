@@ -114,7 +114,7 @@ def main(argv=None) -> int:
         compiled = None if args.no_compile else autograd_saved(torch.compile(fn), inputs)
         ours = primtrace_saved(fn, inputs, PARAMETERS.get(name, ()))
         row = (f"| {name} {desc} | {_mib(eager)} | {'-' if compiled is None else _mib(compiled)} | "
-               f"{_mib(ours['save_all'][0])} | {_mib(ours['min_cut'][0])} | {_mib(ours['params'][0])} |")
+               + " | ".join(_mib(ours[p][0]) for p in ("save_all", "min_cut", "params")) + " |")
         if args.time:
             row += "".join(f" {step_time(*ours[p][1], inputs) * 1e3:.1f} |"
                            for p in ("save_all", "min_cut"))

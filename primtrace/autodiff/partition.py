@@ -1,47 +1,29 @@
 """What the forward saves for the backward: a min-cut, as AOTAutograd's default partitioner.
 
-Why: ``backward_trace`` saves every forward value a rule reads. For a layer norm + GELU
-that is eight full-size intermediates, where the inputs and two row statistics suffice if
-the backward recomputes the elementwise prims in between. Recomputing them costs little:
-they join the backward's fused kernel (a few instructions per element, and the reads of
-their inputs), while each saved intermediate is memory held from the forward to the
-backward, and a write the fused forward would not make. So :func:`partition` saves the
-values cheapest to hold among those from which the backward can recompute what it reads.
+Why: ``backward_trace`` saves every forward value a rule reads: for gelu(layer_norm(x + r))
+eight full-size intermediates, where x, r and two row statistics suffice if the backward
+recomputes the elementwise prims in between. Those cost little to recompute (they join the
+backward's fused kernel: a few instructions per element and the reads of their inputs);
+each saved intermediate is memory held from the forward to the backward, and a write the
+fused forward would not make. So :func:`partition` saves what is cheapest to hold among the
+sets of values from which the backward can recompute what it reads.
 
 The graph (torch/_functorch/partitioners.py, ``solve_min_cut``): each forward value v is an
-edge ``(v, IN) -> (v, OUT)`` whose capacity is what holding it costs; data edges from a
-producer to its readers are infinite; the source feeds the forward inputs and every value
-that may not be recomputed; every value the backward reads feeds the sink. The minimum cut
-goes through value edges only: those values are saved, and the backward starts by
-recomputing, in forward order, the nodes between them and what it reads.
-
-Capacities (``_capacity``): an intermediate costs its bytes (:func:`nbytes`), twice that
-where it lives only inside fused kernels in the forward (saving it adds a write:
-AOTAutograd's ``is_materialized``). A forward input or output costs 1/1024 of its bytes:
-the caller holds it anyway, so holding it adds no memory (AOTAutograd charges activations
-in full and parameters nothing; the token cost prefers fewer and smaller ones). A view that
-may be recomputed is never saved (it would hold its whole base).
-
-What may be recomputed (:func:`recomputable`): elementwise prims the fusion executor
-compiles (rows of the Numba op table: a recomputed prim joins the backward's kernel),
-conversions, broadcasts and views (not as_strided), and reductions whose result is at least
-a quarter of their input's bytes (AOTAutograd's rule: a row statistic is small to hold and
-a second pass over the rows to recompute). Never: random draws (a redraw is another mask),
-matmul, library, linalg and spectral prims (compute-bound), indexing, copies (cat, pad,
-flip), opaque calls, guards, in-place writes, numbers. Nor a node reading or making memory
-a write changes (it would see other values); nor a major operand (a quarter of its largest
-input or more) of a backward node that does not fuse: a matmul's operand must be
-materialized in the backward anyway (AOTAutograd's ``ban_if_materialized_backward``; ours
-spares small ones, such as the index vector of cross-entropy's scatter); nor one more than ``MAX_CHAIN`` recomputed prims from a
-saved value (a chain from far back would make the backward's fusion region, and what it
-reads, large: AOTAutograd's ``ban_if_long_fusible_chains``). Values on a chain of such nodes
-are saved.
-
-Smaller dtypes: capacities in bytes prefer them, and a Bernoulli draw in a wider dtype
-(dropout's mask) holds only 0 and 1, so it may be saved as bool: the cut sees
-``draw -> bool -> draw's dtype``; when it saves the bool, :func:`partition` adds that
-conversion to ``forward`` after the draw (no result of the forward changes) and the backward
-converts back.
+edge ``(v, IN) -> (v, OUT)`` with the cost of holding it as capacity; edges from a producer
+to its readers are infinite; the source feeds the forward inputs and every value that may
+not be recomputed, every value the backward reads feeds the sink. The cut values are saved;
+the backward first recomputes, in forward order, the nodes between them and what it reads.
+Costs (``_capacity``): an intermediate's bytes (:func:`nbytes`), doubled where only fused
+kernels hold it in the forward (saving it adds a write); a value the caller holds anyway
+(``held``: by default the forward's inputs and outputs) adds no memory and costs 1/1024 of
+its bytes. Recomputed (:func:`recomputable`): what fuses (elementwise prims of the fusion
+executor's op table, conversions, views, reductions at most 4x smaller than their input);
+never draws, matmuls, library calls, indexing, copies, writes or what reads memory a write
+changes, nor a major operand of a backward node that does not fuse (it is materialized
+there anyway), nor more than ``MAX_CHAIN`` prims deep. A Bernoulli draw (dropout's mask)
+holds only 0 and 1: when the cut saves it as bool, the conversion is added to ``forward``
+after the draw (no result changes) and the backward converts back. docs/autodiff.md
+("What to save") gives the reasons and the bytes saved.
 """
 from __future__ import annotations
 
@@ -95,12 +77,12 @@ def fuses(node: Node) -> bool:
     """Whether `node` runs inside a fused kernel: an elementwise prim of the op table, a
     view, or a reduction (a row kernel's)."""
     sym = node.symbol
-    if sym.kind is not SymbolKind.PRIM or sym.name == "as_strided" or sym.tags & {"random", "alias"}:
+    if sym.kind is not SymbolKind.PRIM or sym.tags & {"random", "alias"}:
         return False
     if "elementwise" in sym.tags:
         fused = _fused_elementwise()
         return fused is None or sym.name in fused
-    return "view" in sym.tags or sym.name in REDUCTIONS
+    return _is_view(node) or sym.name in REDUCTIONS
 
 
 def recomputable(node: Node) -> bool:
@@ -154,7 +136,7 @@ def partition(forward: Trace, bw: Backward, *, policy: str = "min_cut", held=Non
             chosen.add(i)
             todo |= set(steps[i].ins) - cut
     wanted = set(needed) | {k for i in chosen for k in steps[i].ins}
-    keep = (cut & wanted) | (todo - _made(steps))
+    keep = (cut & wanted) | (todo - {k for s in steps for k in s.outs})
     recompute = [steps[i].node.replace() for i in sorted(chosen)]   # the forward keeps its own
     trace = _backward(bw, recompute, {values[k].name for k in keep})
     new, old = trace.tags["saved"], bw.saved
@@ -204,10 +186,6 @@ def _pack(node: Node, nodes: list):
         return None
     return pack, Node(convert, (pack.outputs, draw.dtype), {}, draw, source=node.source,
                       grad_enabled=node.grad_enabled)
-
-
-def _made(steps) -> set:
-    return {k for s in steps for k in s.outs}
 
 
 def _ban(steps: list, nodes: list, backward_nodes: list, needed: list) -> None:
@@ -296,8 +274,9 @@ def _backward(bw: Backward, recompute: list, keep: set) -> Trace:
     recomputed = [p.name for n in recompute for p in n.output_proxies]
     trace.tags.update(saved=saved, recomputed=recomputed)
     if recompute:
-        trace.tags["notes"] = [*old.tags.get("notes", ()), f"recomputes {', '.join(recomputed)} "
-                               f"from {', '.join(p.name for p in saved)}"]
+        names = ", ".join(recomputed[:12]) + (", ..." if len(recomputed) > 12 else "")
+        trace.tags["notes"] = [*old.tags.get("notes", ()), f"the first {len(recompute)} nodes "
+                               f"recompute forward values from the saved ones: {names}"]
     return trace
 
 
