@@ -115,7 +115,7 @@ def partition(forward: Trace, bw: Backward, *, policy: str = "min_cut", held=Non
     the caller holds anyway, whose saving adds no memory (default: every forward input and
     output; the parameters alone charge activations as AOTAutograd does). May add to
     `forward` the conversion of a Bernoulli draw to bool (no result changes) to save that."""
-    if policy == "save_all":
+    if policy == "save_all" or not bw.saved:
         return bw
     if policy != "min_cut":
         raise ValueError(f"partition: policy must be 'min_cut' or 'save_all', got {policy!r}")

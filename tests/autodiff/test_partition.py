@@ -15,8 +15,8 @@ import primtrace
 from primtrace.autodiff import backward_trace, forward_with_saved
 from primtrace.autodiff.partition import MAX_CHAIN, nbytes, partition, saved_bytes
 from primtrace.ir.tree import proxies_in
-from tests.autodiff.test_backward_trace import (TOLERANCE, _floating, _run, attention, gpt_block,
-                                                layer_norm_gelu, mlp, rms_norm)
+from tests.autodiff.test_backward_trace import (REFS, TOLERANCE, _floating, _run, attention,
+                                                gpt_block, layer_norm_gelu, mlp, rms_norm)
 
 pytestmark = pytest.mark.filterwarnings("ignore::primtrace.OpaqueOpWarning")
 TOLERANCE = {**TOLERANCE, torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
@@ -293,3 +293,15 @@ def test_in_place_writes_are_not_recomputed():
 def test_bytes_come_from_one_helper():
     forward = primtrace.trace(w14, stage="prims")(torch.randn(4, 8).bfloat16(), torch.randn(8))
     assert nbytes(forward.inputs[0]) == 4 * 8 * 2 and nbytes(forward.inputs[1]) == 8 * 4
+
+
+@pytest.mark.parametrize("name,fn,args", REFS, ids=[name for name, _, _ in REFS])
+def test_refs_partitioned_as_unpartitioned(name, fn, args):
+    """test_backward_trace's refs (convolution, pooling, writes, complex, opaque calls...):
+    the same values from the partitioned backward, in float64."""
+    _, bw, outputs, _, grads = run(fn, args, "min_cut")
+    _, _, all_outputs, _, all_grads = run(fn, args, "save_all")
+    for got, want in zip(outputs + list(grads), all_outputs + list(all_grads)):
+        assert (got is None) == (want is None)
+        if want is not None:
+            assert torch.equal(got, want)
