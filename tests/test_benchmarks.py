@@ -45,3 +45,11 @@ def test_training_benchmark_runs():
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "| W13 " in done.stdout and "| W17 " in done.stdout and "saved MiB" in done.stdout
+
+
+def test_saved_bytes_benchmark_runs():
+    args = ["--no-compile", "--scale", "0.002"]
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "saved_bytes.py"), *args],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "| W13 " in done.stdout and "| W17 " in done.stdout and "min_cut" in done.stdout

@@ -13,8 +13,8 @@ output some gradient depends on (``tags["cotangents"]``; a value returned twice 
 which the caller sums). An opaque torch call on the way (an op without a ref) is
 differentiated by torch's autograd over the call, run again (``prims.library_vjp``).
 :func:`forward_with_saved` gives the forward trace that also
-returns them. Which values to save and which to recompute (a min-cut), and the
-torch.autograd.Function glue, are left to the caller.
+returns them. ``partition.partition`` chooses fewer values to save (a min-cut) and makes the
+backward recompute the rest; the torch.autograd.Function glue is left to the caller.
 """
 from __future__ import annotations
 
