@@ -63,6 +63,8 @@ OPTIONS = {
     "optimize": True,                   # run the default passes (DCE, CSE, conversions)
     "remove_lossy_round_trips": False,  # drop f32 -> f16 -> f32 roundings: changes numerics
     "recompile_limit": 8,               # warn once when this many recompiles (None: never)
+    "saved": "min_cut",                 # training: save a min-cut, recompute cheap values in
+                                        # the backward; "save_all": more memory, less work
 }
 STAGES = ("acquisition", "prims", "optimized", "execution")
 
@@ -129,6 +131,8 @@ def _check_options(options: dict) -> dict:
     limit = options.get("recompile_limit", 1)
     if limit is not None and (type(limit) is not int or limit < 1):
         raise ValueError(f"recompile_limit must be a positive int or None, got {limit!r}")
+    if options.get("saved", "min_cut") not in ("min_cut", "save_all"):
+        raise ValueError(f"saved must be 'min_cut' or 'save_all', got {options['saved']!r}")
     return {**OPTIONS, **options}
 
 
@@ -148,7 +152,7 @@ def build(fn, args: tuple, kwargs: dict, executors: list[Executor], options: dic
     traces = [acquisition]
     if stop == "acquisition":
         return traces
-    prims, backward = _differentiated(acquisition)
+    prims, backward = _differentiated(acquisition, options["saved"])
     traces.append(prims)
     if stop == "prims":
         return traces
@@ -161,7 +165,7 @@ def build(fn, args: tuple, kwargs: dict, executors: list[Executor], options: dic
     return traces
 
 
-def _differentiated(acquisition: Trace):
+def _differentiated(acquisition: Trace, policy: str):
     """(prims trace, Backward or None): the forward of a call that needs gradients, or the
     plain prims trace (a fallback's keeps torch's calls for autograd, with a note why)."""
     wrt = wanted_inputs(acquisition)
@@ -169,7 +173,7 @@ def _differentiated(acquisition: Trace):
         return to_prims(acquisition), None
     prims = to_prims(acquisition, keep_autograd_calls=False)
     try:
-        forward, backward = split(prims, wrt)
+        forward, backward = split(prims, wrt, policy)
     except Fallback as e:
         prims = to_prims(acquisition)
         prims.tags["notes"] = [*prims.tags.get("notes", ()),
@@ -542,16 +546,22 @@ def trace(fn: Callable, *, stage: str = "acquisition", executors=None, **options
 
 
 class Explanation(NamedTuple):
-    """What `explain` found: the acquisition trace and the ops that run outside the refs."""
+    """What `explain` found: the acquisition trace, the ops that run outside the refs, and,
+    for a call that needs gradients, why its backward is not primtrace's (None: it is)."""
     trace: Trace
     opaque: list  # (torch name, user source line) per opaque node, in trace order
+    fallback: str | None = None
 
     def __str__(self):
         if not self.opaque:
-            return f"{self.trace.name}: every op maps to primtrace refs"
-        lines = [f"{self.trace.name}: {len(self.opaque)} op(s) have no ref and run as opaque "
-                 f"torch calls (torch executor, no fusion):"]
-        lines += [f"  {name}" + (f"    # {source}" if source else "") for name, source in self.opaque]
+            lines = [f"{self.trace.name}: every op maps to primtrace refs"]
+        else:
+            lines = [f"{self.trace.name}: {len(self.opaque)} op(s) have no ref and run as "
+                     f"opaque torch calls (torch executor, no fusion):"]
+            lines += [f"  {name}" + (f"    # {source}" if source else "")
+                      for name, source in self.opaque]
+        if self.fallback is not None:
+            lines.append(f"no fused backward, autograd runs op by op: {self.fallback}")
         return "\n".join(lines)
 
 
@@ -561,4 +571,5 @@ def explain(fn: Callable, *args, **kwargs) -> Explanation:
     acquisition = acquire(target, args, kwargs)
     opaque = [(n.symbol.qualname, n.source) for n in acquisition.flat_nodes()
               if n.symbol.kind is SymbolKind.OPAQUE]
-    return Explanation(acquisition, opaque)
+    prims, _ = _differentiated(acquisition, OPTIONS["saved"])
+    return Explanation(acquisition, opaque, prims.tags.get("fallback"))

@@ -14,17 +14,20 @@ Outputs require grad exactly when eager's would: those on a differentiable path 
 input that requires grad; the others are marked non-differentiable. A program this cannot
 express correctly falls back to the per-op torch path (each op the torch call the code made,
 with torch's own autograd), and says why in the trace's header and in ``explain``:
-:class:`Fallback` names the reason. Double backward (``create_graph=True``) through the
-fused backward raises torch's once-differentiable error; it is never silently wrong.
+:class:`Fallback` names the reason. A double backward (``create_graph=True``: gradient
+penalties) replays the program prim by prim with torch's autograd, from the same inputs
+(held weakly; an input freed or changed since raises) and the same random state, and
+differentiates that.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Callable
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from primtrace.autodiff.backward import backward_trace, differentiable, forward_with_saved
+from primtrace.autodiff.partition import partition
 from primtrace.ir.proxy import Proxy, TensorProxy
 from primtrace.ir.trace import Trace
 from primtrace.ir.tree import tree_flatten, tree_map
@@ -46,11 +49,14 @@ def wanted_inputs(acquisition: Trace) -> list[TensorProxy]:
             if isinstance(p, TensorProxy) and p.requires_grad and differentiable(p)]
 
 
-def split(prims: Trace, wrt: list[TensorProxy], partition=None):
+def split(prims: Trace, wrt: list[TensorProxy], policy: str = "min_cut"):
     """(forward trace, Backward) of a prims trace, or raise Fallback.
 
     The forward returns ``(distinct results, saved values)``; the results are the proxies of
-    `prims.outputs`, each once, in order (the caller puts them back in their structure)."""
+    `prims.outputs`, each once, in order (the caller puts them back in their structure).
+    What is saved and what the backward recomputes is :func:`partition`'s `policy`: values
+    the caller holds anyway (state such as parameters, and the results) cost nothing to
+    save; arguments cost their bytes, as activations do."""
     _check_writes(prims, wrt)
     for node in prims.nodes:
         reason = needs_torch_autograd(node)
@@ -60,14 +66,16 @@ def split(prims: Trace, wrt: list[TensorProxy], partition=None):
         bw = backward_trace(prims, wrt)
     except NotDifferentiableError as e:
         raise Fallback(str(e)) from None
-    if partition is not None:
-        bw = partition(prims, bw)
+    arguments = {p.name for p in tree_flatten(prims.input_structure) if isinstance(p, Proxy)}
+    held = [p for p in prims.inputs if p.name not in arguments] + distinct_results(prims.outputs)
+    bw = partition(prims, bw, policy=policy, held=held)
     forward = forward_with_saved(prims, bw.saved)
     forward.outputs = (tuple(distinct_results(prims.outputs)), tuple(bw.saved))
     for trace in (forward, bw.trace):   # both run inside the Function, where grad is off
         trace.nodes = [n.replace(grad_enabled=None) for n in trace.nodes]
         trace.tags["grad_enabled"] = False
     forward.tags["training"] = bw
+    forward.tags["differentiated"] = prims   # what a double backward replays with autograd
     return forward, bw
 
 
@@ -134,6 +142,22 @@ class Plan:
         self.saved_kinds = [isinstance(p, TensorProxy) for p in bw.saved]
         positions = {p.name: i for i, p in enumerate(forward_trace.inputs)}
         self.wrt = [positions[p.name] for p in bw.wrt]
+        self.differentiated = forward_trace.tags["differentiated"]
+        self.random = any("random" in n.symbol.tags for n in self.differentiated.flat_nodes())
+        self._replay = None
+
+    def replay(self, inputs: list):
+        """The program's results from `inputs` again, prim by prim with torch's autograd
+        (a double backward differentiates the backward through these)."""
+        if self._replay is None:
+            from primtrace.executors import TORCH
+            from primtrace.executors.execution_trace import lower
+            from primtrace.executors.trace_to_python import compile_trace
+            trace = self.differentiated.derive(self.differentiated.flat_nodes(), "replay")
+            trace.outputs = tuple(distinct_results(self.differentiated.outputs))
+            trace.tags["grad_enabled"] = True
+            self._replay = compile_trace(lower(trace, [TORCH]))[0]
+        return self._replay(*inputs)
 
     def __call__(self, *inputs):
         results = _TracedFunction.apply(self, inputs, *[inputs[i] for i in self.wrt])
@@ -151,6 +175,11 @@ class _Slot:
 class _TracedFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, plan: Plan, inputs: tuple, *wanted):
+        # for a double backward: the inputs (weakly: no memory is kept for it), their versions
+        # and the random state the draws start from
+        ctx.inputs = [weakref.ref(x) if isinstance(x, _Tensor) else x for x in inputs]
+        ctx.versions = [x._version if isinstance(x, _Tensor) else None for x in inputs]
+        ctx.rng = _rng_state(inputs) if plan.random else None
         results, saved = plan.forward(*inputs)
         tensors = [s for s, is_tensor in zip(saved, plan.saved_kinds) if is_tensor]
         ctx.save_for_backward(*tensors)
@@ -161,9 +190,10 @@ class _TracedFunction(torch.autograd.Function):
         return tuple(results)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, *grads):
         plan = ctx.plan
+        if torch.is_grad_enabled():   # create_graph=True: the gradients need a graph too
+            return (None, None, *_replayed_gradients(ctx, grads))
         tensors, numbers = iter(ctx.saved_tensors), iter(ctx.numbers)
         saved = [next(tensors) if is_tensor else next(numbers) for is_tensor in plan.saved_kinds]
         del ctx.numbers
@@ -178,3 +208,39 @@ def _laid_out(g: _Tensor, strides: tuple) -> _Tensor:
         return g
     out = torch.empty_strided(g.shape, strides, dtype=g.dtype, device=g.device)
     return out.copy_(g)
+
+
+def _rng_state(inputs) -> list:
+    """The generators' states before the forward's draws (CPU, and each CUDA device used)."""
+    states = [(None, torch.get_rng_state())]
+    for dev in {x.device for x in inputs if isinstance(x, _Tensor) and x.device.type == "cuda"}:
+        states.append((dev, torch.cuda.get_rng_state(dev)))
+    return states
+
+
+def _replayed_gradients(ctx, grads) -> list:
+    """A double backward: the program replayed prim by prim with torch's autograd from the
+    same inputs and draws, and differentiated with create_graph (the fused backward's
+    results carry no graph)."""
+    plan = ctx.plan
+    inputs = []
+    for ref, version in zip(ctx.inputs, ctx.versions):
+        x = ref() if isinstance(ref, weakref.ref) else ref
+        if isinstance(ref, weakref.ref) and (x is None or x._version != version):
+            raise RuntimeError(
+                "primtrace: a double backward (create_graph=True) replays the jitted function "
+                "from its inputs, but one was freed or modified in place since the forward; "
+                "keep the inputs alive and unchanged, or call the function without primtrace.jit")
+        inputs.append(x)
+    ctx.saved_tensors   # noqa: B018 - autograd's own check of the saved values' versions
+    with torch.random.fork_rng(devices=[d for d, _ in (ctx.rng or [])[1:]],
+                               enabled=ctx.rng is not None):
+        for dev, state in ctx.rng or ():
+            torch.set_rng_state(state) if dev is None else torch.cuda.set_rng_state(state, dev)
+        results = plan.replay(inputs)
+    outs, cots = [], []
+    for i, _ in plan.cotangents:
+        outs.append(results[i])
+        cots.append(grads[i])
+    wanted = [inputs[i] for i in plan.wrt]
+    return torch.autograd.grad(outs, wanted, cots, create_graph=True, allow_unused=True)
