@@ -180,9 +180,13 @@ def _differentiated(acquisition: Trace, policy: str):
                                f"no fused backward, autograd runs op by op: {e}"]
         prims.tags["fallback"] = str(e)
         return prims, None
-    if not backward.cotangents:   # no result needs grad: a plain trace, all of it fused
-        prims.tags["grad_enabled"] = False
-        return prims, None
+    if not backward.cotangents:   # no result needs grad: a plain trace run without grad
+        forward.outputs = prims.outputs
+        if "output_rebuild" in prims.tags:
+            forward.tags["output_rebuild"] = prims.tags["output_rebuild"]
+        del forward.tags["training"], forward.tags["differentiated"]
+        forward.tags["without_grad"] = True
+        return forward, None
     return forward, backward
 
 
@@ -204,6 +208,8 @@ def compile_fn(fn, args, kwargs, executors, options) -> Compiled:
         backward[-1].tags["python"] = backward_source
         run = Plan(run, backward_run, traces[1], traces[0].outputs,
                    traces[0].tags.get("output_rebuild"))
+    elif execution.tags.get("without_grad"):
+        run = torch.no_grad()(run)
     replay = traces[0].tags.get("replay")
     if replay is not None:   # Python state the function writes (primtrace.tracer.pystate)
         run = replay.wrap(run)

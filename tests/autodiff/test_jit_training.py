@@ -1,0 +1,247 @@
+"""primtrace.jit on calls that need gradients: the fused forward and backward against eager
+autograd (values, gradients, which outputs require grad, saved values, random draws, state
+after each step), the fallbacks to torch's autograd, and double backward."""
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import primtrace
+
+pytestmark = pytest.mark.filterwarnings("ignore::primtrace.OpaqueOpWarning")
+
+
+def _backward_trace(jfn):
+    return primtrace.last_traces(jfn)[-1].tags["backward"][-1]
+
+
+def layer_norm_gelu(x, r, w, b):
+    return F.gelu(F.layer_norm(x + r, (x.shape[-1],), w, b))
+
+
+def test_fused_forward_and_backward_match_eager():
+    torch.manual_seed(0)
+    x, r = torch.randn(64, 32, requires_grad=True), torch.randn(64, 32)
+    w, b = torch.randn(32, requires_grad=True), torch.randn(32, requires_grad=True)
+    jf = primtrace.jit(layer_norm_gelu)
+    g = torch.randn(64, 32)
+    got = jf(x, r, w, b)
+    want = layer_norm_gelu(x, r, w, b)
+    torch.testing.assert_close(got, want)
+    assert got.requires_grad and type(got.grad_fn).__name__ == "_TracedFunctionBackward"
+    for a, e in zip(torch.autograd.grad(got, (x, w, b), g), torch.autograd.grad(want, (x, w, b), g)):
+        torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-5)
+    forward, backward = primtrace.last_trace(jf), _backward_trace(jf)
+    assert any(n.symbol.kind.name == "FUSED" for n in forward.nodes)
+    assert any(n.symbol.kind.name == "FUSED" for n in backward.nodes)
+    assert "note: the first" in str(backward)   # the min-cut recomputes cheap values
+
+
+def test_outputs_require_grad_as_eager():
+    def f(x):
+        y = x.sin() * 2
+        return y, y.argmax(), x.detach() * 2, torch.zeros(3), y.sum(), (y > 0).float()
+    x = torch.randn(5, 4, requires_grad=True)
+    got, want = primtrace.jit(f)(x), f(x)
+    assert [getattr(o, "requires_grad", None) for o in got] == \
+        [getattr(o, "requires_grad", None) for o in want]
+
+
+def test_saved_values_are_freed_and_backward_twice_raises_as_eager():
+    x = torch.randn(5, requires_grad=True)
+    y = primtrace.jit(lambda x: (x.exp() * x).sum())(x)
+    y.backward()
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        y.backward()
+
+
+def test_saved_tensor_hooks_see_what_is_saved():
+    packed = []
+
+    def pack(t):
+        packed.append(t.numel() * t.element_size())
+        return t
+    x = torch.randn(100, 10, requires_grad=True)
+    jf = primtrace.jit(lambda x: (x.tanh() * 3).sum())
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y = jf(x)
+    y.backward()
+    assert packed and sum(packed) <= 100 * 10 * 4   # one f32 tensor: tanh's input or result
+    torch.testing.assert_close(x.grad, 3 * (1 - x.detach().tanh() ** 2))
+
+
+def test_dropout_backward_uses_the_forward_mask():
+    xx = torch.randn(1000, requires_grad=True)
+    y = primtrace.jit(lambda x: F.dropout(x, 0.5) * 3)(xx)
+    y.sum().backward()
+    assert torch.equal(xx.grad != 0, y != 0)
+    assert torch.all(xx.grad[xx.grad != 0] == 6)
+
+
+def test_training_loop_with_batch_norm_and_relu_matches_eager():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Dropout(0.0),
+                          nn.Linear(16, 3))
+    eager = copy.deepcopy(model)
+    jm = primtrace.jit(model)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (model, eager)]
+    data = [(torch.randn(32, 6), torch.randint(0, 3, (32,))) for _ in range(5)]
+    for x, t in data:
+        for m, opt in zip((jm, eager), opts):
+            opt.zero_grad()
+            F.cross_entropy(m(x), t).backward()
+            opt.step()
+    for p, q in zip(model.state_dict().values(), eager.state_dict().values()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+    assert primtrace.last_traces(jm)[1].tags.get("fallback") is None
+    model.eval(), eager.eval()
+    x = torch.randn(4, 6)
+    torch.testing.assert_close(jm(x), eager(x), rtol=1e-4, atol=1e-5)
+
+
+def test_frozen_parameters_get_no_gradient():
+    lin = nn.Linear(4, 4)
+    lin.weight.requires_grad_(False)
+    primtrace.jit(lin)(torch.randn(2, 4)).sum().backward()
+    assert lin.weight.grad is None and lin.bias.grad is not None
+
+
+def test_non_contiguous_cotangent():
+    x = torch.randn(6, 4, requires_grad=True)
+    y = primtrace.jit(lambda x: x.exp())(x)
+    g = torch.randn(4, 6).t()
+    (gx,) = torch.autograd.grad(y, x, g)
+    torch.testing.assert_close(gx, g * x.detach().exp())
+
+
+def test_double_backward_replays_with_the_same_draws():
+    def f(x, w):
+        return (F.dropout(torch.tanh(x @ w), 0.3) ** 2).sum()
+    x, w = torch.randn(8, 4, requires_grad=True), torch.randn(4, 5, requires_grad=True)
+    results = []
+    for fn in (primtrace.jit(f), f):
+        torch.manual_seed(3)
+        y = fn(x, w)
+        (g,) = torch.autograd.grad(y, x, create_graph=True)
+        results.append(torch.autograd.grad((g ** 2).sum() + y, (x, w)))
+    for a, e in zip(*results):
+        torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-5)
+
+
+def test_double_backward_after_the_input_changed_raises():
+    x = torch.randn(3, requires_grad=True)
+    h = torch.randn(3)
+    y = primtrace.jit(lambda x, h: (x * h).sin().sum())(x, h)
+    (g,) = torch.autograd.grad(y, x, create_graph=True)
+    h.add_(1)
+    with pytest.raises(RuntimeError, match="modified"):
+        g.sum().backward()
+
+
+class Square(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 100
+
+
+def _hooked(x):
+    y = x * 2
+    y.register_hook(lambda g: g * 10)
+    return y.sum()
+
+
+def _retained(x):
+    y = x * 2
+    y.retain_grad()
+    return y.sum(), y
+
+
+@pytest.mark.parametrize("fn, reason", [
+    (_hooked, "register_hook"),
+    (_retained, "retain_grad"),
+    (lambda x: Square.apply(x).sum(), "custom autograd.Function Square"),
+])
+def test_autograd_graph_calls_fall_back_and_match_eager(fn, reason):
+    x = torch.randn(3, requires_grad=True)
+    grads = []
+    for f in (primtrace.jit(fn), fn):
+        x.grad = None
+        out = f(x)
+        (out[0] if isinstance(out, tuple) else out).backward()
+        grads.append(x.grad.clone())
+        if fn is _retained:
+            torch.testing.assert_close(out[1].grad, torch.ones(3))
+    torch.testing.assert_close(*grads)
+    assert reason in str(primtrace.explain(fn, x))
+    assert reason in str(primtrace.trace(fn, stage="execution")(x))
+
+
+def test_in_place_write_into_a_leaf_raises_as_eager():
+    def f(x):
+        x.add_(1)
+        return x * 2
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        primtrace.jit(f)(torch.randn(3, requires_grad=True))
+
+
+def test_save_all_option():
+    x = torch.randn(16, 8, requires_grad=True)
+    grads = []
+    for saved in ("min_cut", "save_all"):
+        x.grad = None
+        primtrace.jit(layer_norm_gelu, saved=saved)(x, x, torch.ones(8), torch.zeros(8)).sum().backward()
+        grads.append(x.grad.clone())
+    torch.testing.assert_close(*grads)
+    with pytest.raises(ValueError, match="saved must be"):
+        primtrace.jit(layer_norm_gelu, saved="some")
+
+
+def test_no_output_needs_grad_runs_one_plain_trace():
+    x = torch.randn(4, requires_grad=True)
+    jf = primtrace.jit(lambda x: x.argmax() + 1)
+    assert not jf(x).requires_grad
+    assert "backward" not in primtrace.last_trace(jf).tags
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_dtypes(dtype):
+    torch.manual_seed(0)
+    x = torch.randn(32, 16, dtype=dtype, requires_grad=True)
+    w = torch.randn(16, dtype=dtype, requires_grad=True)
+
+    def f(x, w):
+        return (F.silu(x) * w).softmax(-1).log().mean()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = torch.autograd.grad(primtrace.jit(f)(x, w), (x, w))
+    want = torch.autograd.grad(f(x, w), (x, w))
+    tol = dict(rtol=2e-2, atol=2e-3) if dtype in (torch.float16, torch.bfloat16) else {}
+    for a, e in zip(got, want):
+        torch.testing.assert_close(a, e, **tol)
+
+
+def test_grad_mode_is_unchanged_after_a_call():
+    x = torch.randn(4, requires_grad=True)
+    for fn in (lambda x: x.argmax() + 1, lambda x: x.sin(), _hooked):
+        primtrace.jit(fn)(x)
+        assert torch.is_grad_enabled()
+
+
+def test_no_grad_block_inside_a_call_that_needs_none():
+    def f(x):
+        with torch.no_grad():
+            y = x * 2
+        return y, x.argmax()
+    x = torch.randn(4, requires_grad=True)
+    got, want = primtrace.jit(f)(x), f(x)
+    assert [o.requires_grad for o in got] == [o.requires_grad for o in want]
