@@ -28,11 +28,13 @@ seen, like parameters that Dynamo passes as graph inputs; and aten ops
 (``torch.ops.aten.add.Tensor``) are rewritten to torch's binding of the same schema
 (``torch.add``) when primtrace has a ref for it, so aten-level graphs reach the refs too.
 
-What runs in eager torch instead (``CompiledGraph.fallback_reason`` says why): a call in
-grad mode with an input that requires grad (primtrace's traces carry no autograd, so use
-``torch.no_grad()`` or ``torch.inference_mode()`` for inference), graphs that switch
-autocast or enable grad inside (tracing would bake those modes in), and graphs the tracer
-rejects (a :class:`~primtrace.tracer.TracingError`: warned once).
+A graph called in grad mode with an input that requires grad (training) is differentiated
+by primtrace, as ``primtrace.jit`` does: a fused forward and backward joined to autograd
+(:mod:`primtrace.autodiff.function`).
+
+What runs in eager torch instead (``CompiledGraph.fallback_reason`` says why): graphs that
+switch autocast or enable grad inside (tracing would bake those modes in), and graphs the
+tracer rejects (a :class:`~primtrace.tracer.TracingError`: warned once).
 
 ``import primtrace`` does not import this module, and this module does not import
 ``torch._dynamo`` (seconds to import) until :func:`register` is called; by-name lookup goes
@@ -54,7 +56,6 @@ import weakref
 import torch
 
 _Tensor = torch.Tensor
-_is_grad_enabled = torch.is_grad_enabled
 
 #: the name the backend is registered under
 NAME = "primtrace"
@@ -193,12 +194,6 @@ class CompiledGraph:
         self._backend._last = self
         if self._always_eager is not None:
             return self._eager(*args)
-        if _is_grad_enabled():
-            for a in args:
-                if isinstance(a, _Tensor) and a.requires_grad:
-                    self.fallback_reason = ("grad mode is on and an input requires grad: "
-                                            "primtrace traces carry no autograd")
-                    return self._eager(*args)
         if self._attrs:
             gm = self.graph_module
             args = (*args, *[get(gm) for get in self._attrs])
