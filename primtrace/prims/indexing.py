@@ -345,6 +345,20 @@ def _as_src(t, src):
     return P.pad(t, 0, tuple((0, n - m, 0) for n, m in zip(src.shape, t.shape)))
 
 
+def _gather_vjp(g, y, a, dim, index):
+    """Scatter-add into zeros; but one index per row along `dim` (nll_loss's pick of each
+    row's target) is ``where(position == index, g, 0)``: no repeats to add, and an
+    elementwise expression fuses with its neighbours (a scatter is a pass of its own)."""
+    others = tuple(d for d in range(a.ndim) if d != dim)
+    if index.shape[dim] != 1 or any(index.shape[d] != a.shape[d] for d in others):
+        return P.scatter(zeros_like(a), dim, index, g, reduce="sum"), None, None
+    shape = tuple(a.shape)
+    position = P.broadcast_in_dim(
+        P.iota(shape[dim], start=0, step=1, dtype=index.dtype, device=a.device), shape, (dim,))
+    picked = P.eq(position, P.broadcast_in_dim(P.squeeze(index, (dim,)), shape, others))
+    return P.where(picked, P.broadcast_in_dim(P.squeeze(g, (dim,)), shape, others), 0), None, None
+
+
 def _index_add_vjp(g, y, a, dim, index, source, alpha):
     return g, None, None, P.mul(P.index_select(g, dim, index), conjugated(alpha)), None
 
@@ -355,8 +369,7 @@ def _index_copy_vjp(g, y, a, dim, index, source):
 
 DERIVATIVES = {
     "index_select": _index_select_vjp,
-    "gather": lambda g, y, a, dim, index: (
-        P.scatter(zeros_like(a), dim, index, g, reduce="sum"), None, None),
+    "gather": _gather_vjp,
     "take": _take_vjp,
     "index": _index_vjp,
     "scatter": _scatter_vjp,
