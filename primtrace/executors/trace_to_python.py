@@ -206,7 +206,8 @@ def _layout_checks(node: Node, outputs: list, em: _Emitter) -> list[str]:
         return []   # the written tensor itself, whose layout is known
     lines = []
     for p in outputs:
-        if isinstance(p, torch.Tensor) and sum(n > 1 for n in p.shape) >= 2:
+        if isinstance(p, torch.Tensor) and sum(not isinstance(n, int) or n > 1
+                                               for n in p.shape) >= 2:
             strides = tuple(p.stride())
             fix = em.bind(with_strides, "with_strides")
             lines.append(f"if {p.name}.stride() != {strides!r}: "

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import operator
 
-from primtrace.ir.proxy import NumberProxy, NumberSpec, Proxy, Unknown
+from primtrace.ir.proxy import NumberProxy, NumberSpec, Proxy, SizeProxy, Unknown
 from primtrace.ir.symbol import Symbol, SymbolKind
 from primtrace.ir.trace import current_trace
 
@@ -46,9 +46,81 @@ def _meta(name):
     def meta(*args):
         values = [a.value if isinstance(a, NumberProxy) else a for a in args]
         unknown = next((v for v in values if isinstance(v, Unknown)), None)
-        return NumberSpec(_result_type(name, args), op(*values) if unknown is None else unknown,
-                          tuple(a for a in args if isinstance(a, NumberProxy)))
+        kind = _result_type(name, args)
+        return NumberSpec(kind, op(*values) if unknown is None else unknown,
+                          tuple(a for a in args if isinstance(a, NumberProxy)),
+                          _bounds(name, args) if unknown is not None and kind is int else None)
     return meta
+
+
+# --- ints known only at run time (data-dependent sizes): bounds and comparisons --------------
+def bounds_of(x):
+    """(lower, upper) of an int, None for an unbounded side; None for a number whose value the
+    trace knows (a comparison reads it, as before) or that is not an int."""
+    if isinstance(x, SizeProxy):
+        return x.lower, x.upper
+    if isinstance(x, NumberProxy):
+        return (None, None) if isinstance(x.value, Unknown) and x.python_type is int else None
+    if type(x) is int or type(x) is bool:
+        return int(x), int(x)
+    return None
+
+
+def _bounds(name, args):
+    """The bounds of an int arithmetic result on ints known only at run time (sizes: n + 1,
+    n * 3, n // 2), or None (no SizeProxy: any comparison then reads the value)."""
+    b = [bounds_of(a) for a in args]
+    if any(x is None for x in b):
+        return None
+
+    def add(p, q):
+        return None if p is None or q is None else p + q
+    if name == "add":
+        return add(b[0][0], b[1][0]), add(b[0][1], b[1][1])
+    if name == "sub":
+        return (add(b[0][0], None if b[1][1] is None else -b[1][1]),
+                add(b[0][1], None if b[1][0] is None else -b[1][0]))
+    if name == "neg":
+        return (None if b[0][1] is None else -b[0][1]), (None if b[0][0] is None else -b[0][0])
+    if name in ("mul", "floordiv") and all(lo is not None and lo >= 0 for lo, _ in b):
+        if name == "mul":
+            hi = None if b[0][1] is None or b[1][1] is None else b[0][1] * b[1][1]
+            return b[0][0] * b[1][0], hi
+        if b[1][0] == b[1][1] and b[1][0] > 0:   # by a positive constant
+            k = b[1][0]
+            return b[0][0] // k, None if b[0][1] is None else b[0][1] // k
+    return None
+
+
+def _decide(name, a, b):
+    """a <op> b from the bounds of ints known only at run time; None when they do not tell."""
+    if a is b:
+        return name in ("eq", "le", "ge")
+    ba, bb = bounds_of(a), bounds_of(b)
+    if ba is None or bb is None:
+        return None
+    (alo, ahi), (blo, bhi) = ba, bb
+
+    def less(hi, lo):   # every value of one side is below every value of the other
+        return hi is not None and lo is not None and hi < lo
+    if name in ("lt", "ge"):
+        known = True if less(ahi, blo) else False if (alo is not None and bhi is not None
+                                                      and alo >= bhi) else None
+        return known if name == "lt" or known is None else not known
+    if name in ("gt", "le"):
+        known = True if less(bhi, alo) else False if (blo is not None and ahi is not None
+                                                      and blo >= ahi) else None
+        return known if name == "gt" or known is None else not known
+    if less(ahi, blo) or less(bhi, alo):   # eq, ne: the ranges do not meet
+        return name == "ne"
+    if alo is not None and alo == ahi == blo == bhi:
+        return name == "eq"
+    return None
+
+
+#: ``x op identity`` is x itself for ints: no node, and the size keeps its identity (a slice
+#: of every row of x[mask] has x[mask]'s size n, not a new n - 0)
+_IDENTITY = {"add": 0, "sub": 0, "mul": 1, "floordiv": 1}
 
 
 SYMBOLS = {name: Symbol(f"number_{name}", kind=SymbolKind.PRIM, meta=_meta(name), impl=op, module="prims",
@@ -59,6 +131,16 @@ SYMBOLS = {name: Symbol(f"number_{name}", kind=SymbolKind.PRIM, meta=_meta(name)
 def _apply(name, *args):
     """Record `name` on number proxies, or compute it (specializing) when that is required."""
     trace = current_trace()
+    if name in _IDENTITY and _result_type(name, args) is int:
+        a, b = args
+        if type(b) in (int, bool) and b == _IDENTITY[name] and isinstance(a, NumberProxy):
+            return a
+        if name in ("add", "mul") and type(a) in (int, bool) and a == _IDENTITY[name] and \
+                isinstance(b, NumberProxy):
+            return b
+        if name == "mul" and any(type(x) in (int, bool) and x == 0 for x in (a, b)) and \
+                all(bounds_of(x) is not None for x in (a, b)):
+            return 0
     if trace is None or _result_type(name, args) is None:
         values = [a._read() if isinstance(a, NumberProxy) else a for a in args]
         return {**_BINARY, **_UNARY}[name](*values)
@@ -88,6 +170,10 @@ def _compare(name):
     def method(self, other):
         if isinstance(other, Proxy) and not isinstance(other, NumberProxy):
             return NotImplemented
+        if isinstance(self.value, Unknown) or isinstance(getattr(other, "value", None), Unknown):
+            known = _decide(name, self, other)
+            if known is not None:
+                return known
         other = other._read() if isinstance(other, NumberProxy) else other
         return op(self._read(), other)
     return method

@@ -40,6 +40,7 @@ class NumberSpec:
     python_type: type
     value: object = None
     sources: tuple = ()
+    bounds: tuple | None = None   # (lower, upper or None) of an int known only at run time
 
 
 @dataclass(frozen=True)
@@ -160,6 +161,68 @@ class NumberProxy(Proxy):
         return _dispatch(func, args, kwargs)
 
 
+class SizeProxy(NumberProxy):
+    """An int known only when the trace runs, within known bounds: a data-dependent size
+    (the number of True values ``x[mask]`` selects; an "unbacked" symbol in torch.compile's
+    words), or arithmetic on such sizes (``n * 3``).
+
+    The node that makes a tensor of such a size outputs the size too (``t3, n2 =
+    prims.mask_select(x, m, 0)``), so the trace is valid for every count: nothing is
+    specialized on it. A tensor's shape may hold one (``t3: "cpu f32[n2, 5]"``). Its value
+    cannot be read while tracing; a comparison the bounds decide (``n >= 0``, ``n <=
+    mask.numel()``, ``n == n``) is answered, any other reads the value and raises the
+    tracer's DataDependentError."""
+    __slots__ = ("lower", "upper")
+
+    def __init__(self, name: str, what: str, lower: int = 0, upper: int | None = None,
+                 sources: tuple = ()):
+        super().__init__(name, int, Unknown(what), sources)
+        self.lower, self.upper = lower, upper
+
+
+def is_symbolic(x) -> bool:
+    """Whether `x` is an int known only at run time (a size, or arithmetic on sizes)."""
+    return isinstance(x, NumberProxy) and isinstance(x.value, Unknown) and x.python_type is int
+
+
+def has_symbolic(shape) -> bool:
+    """Whether a shape (or strides) holds an int known only at run time."""
+    return any(isinstance(n, NumberProxy) for n in shape)
+
+
+def symbolic_tensor(x) -> bool:
+    """Whether `x` is a traced tensor whose shape holds a size known only at run time."""
+    return isinstance(x, TensorProxy) and isinstance(x._shape, SymbolicShape)
+
+
+def needs_value(size, why: str):
+    """Raise the tracer's DataDependentError: `why` needs the value of `size`, an int known
+    only when the trace runs (a data-dependent size)."""
+    what = f"{size.value.what}, {why}" if isinstance(size, NumberProxy) and isinstance(
+        size.value, Unknown) else why
+    if _unknown_read is not None:
+        _unknown_read(Unknown(what))
+    raise RuntimeError(f"{what}: known only when the trace runs")
+
+
+class SymbolicShape(tuple):
+    """A traced tensor's shape that holds a size known only at run time (torch.Size takes
+    ints only): a tuple, with torch.Size's ``numel``."""
+    __slots__ = ()
+
+    def numel(self):
+        return math.prod(self)
+
+    def __repr__(self):
+        return f"torch.Size({list(self)})"
+
+
+def _stand_in_shape(shape) -> tuple:
+    """The shape of a proxy's storage: a size known only at run time stands as 0 (no Python
+    code reads it; torch calls on the proxy reach the tracer, which reads `_shape`)."""
+    return tuple(0 if isinstance(n, NumberProxy) else n for n in shape)
+
+
 class TensorProxy(Proxy, torch.Tensor):
     """A symbolic tensor: shape, dtype, device, strides, requires_grad.
 
@@ -172,12 +235,22 @@ class TensorProxy(Proxy, torch.Tensor):
 
     @staticmethod
     def __new__(cls, name: str, spec: TensorSpec, requires_grad: bool = False):
+        symbolic = has_symbolic(spec.shape)
+        if has_symbolic(spec.strides):
+            stride = next(s for s in spec.strides if isinstance(s, NumberProxy))
+            if _unknown_read is not None:   # the tracer raises its DataDependentError
+                _unknown_read(Unknown(f"a stride of a tensor of shape {list(spec.shape)}, "
+                                      f"which depends on a size known only at run time "
+                                      f"({stride.name}); primtrace keeps strides concrete"))
+            raise RuntimeError(f"a stride of {name} depends on a size known only at run time")
         with _no_torch_function():  # the tracer's mode must not see this allocation
-            storage = torch.empty_strided(tuple(spec.shape), tuple(spec.strides),
+            storage = torch.empty_strided(_stand_in_shape(spec.shape) if symbolic
+                                          else tuple(spec.shape), tuple(spec.strides),
                                           dtype=spec.dtype, device="meta")
             self = torch.Tensor._make_subclass(cls, storage, False)
         d = self.__dict__
-        d["_name"], d["_shape"], d["_dtype"] = name, torch.Size(spec.shape), spec.dtype
+        d["_name"], d["_dtype"] = name, spec.dtype
+        d["_shape"] = SymbolicShape(spec.shape) if symbolic else torch.Size(spec.shape)
         d["_device"], d["_strides"], d["_requires_grad"] = spec.device, tuple(spec.strides), requires_grad
         return self
 

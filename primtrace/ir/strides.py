@@ -1,11 +1,41 @@
 """Strides of dense layouts: the one place that computes them (meta functions, proxies,
-creation refs and memory formats all do)."""
+creation refs and memory formats all do).
+
+A shape may hold a size known only at run time (``x[mask]``'s rows: a
+:class:`~primtrace.ir.proxy.SizeProxy`); strides stay concrete ints. A layout is computed
+with two stand-in values for such sizes (2 and 3: a dim that may hold several elements);
+where the strides agree they hold for every size, as for the rows of a row-major (n, 5)
+tensor, (5, 1). Where they differ (a row-major (5, n): its first stride is n) the layout
+depends on the size, and the tracer's DataDependentError is raised.
+"""
 from __future__ import annotations
 
+_STAND_INS = (2, 3)
 
-def dense_strides(shape, order=None) -> tuple[int, ...]:
-    """Strides of a dense tensor of `shape` whose dimensions lie in memory in `order`
-    (outermost first; default: row-major). Size-0 and size-1 dims count as 1."""
+
+def _symbolic(shape) -> bool:
+    return any(not isinstance(n, int) for n in shape)
+
+
+def with_stand_ins(layout, shape, *args):
+    """``layout(shape, *args)``, strides of `shape`; for a shape holding sizes known only at
+    run time, computed on stand-in values, which must not change the result."""
+    if not _symbolic(shape):
+        return layout(shape, *args)
+    results = {layout(tuple(n if isinstance(n, int) else v for n in shape), *args)
+               for v in _STAND_INS}
+    if len(results) == 1:
+        return results.pop()
+    from primtrace.ir import proxy
+    what = (f"the strides of a tensor of shape {list(shape)}, which depend on a size known "
+            f"only at run time (primtrace keeps strides concrete: such a size must be the "
+            f"outermost dim of the layout)")
+    if proxy._unknown_read is not None:   # the tracer's DataDependentError, at the user's line
+        proxy._unknown_read(proxy.Unknown(what))
+    raise RuntimeError(what)
+
+
+def _dense_strides(shape, order=None) -> tuple[int, ...]:
     ndim = len(shape)
     strides, acc = [0] * ndim, 1
     for d in reversed(range(ndim) if order is None else order):
@@ -14,10 +44,18 @@ def dense_strides(shape, order=None) -> tuple[int, ...]:
     return tuple(strides)
 
 
+def dense_strides(shape, order=None) -> tuple[int, ...]:
+    """Strides of a dense tensor of `shape` whose dimensions lie in memory in `order`
+    (outermost first; default: row-major). Size-0 and size-1 dims count as 1."""
+    return with_stand_ins(_dense_strides, tuple(shape), order)
+
+
 def contiguous_strides(shape) -> tuple[int, ...]:
     return dense_strides(shape)
 
 
 def matches_dense(shape, strides, expected) -> bool:
-    """Whether `strides` are `expected` wherever it matters (dims of size > 1)."""
-    return all(size <= 1 or s == e for size, s, e in zip(shape, strides, expected))
+    """Whether `strides` are `expected` wherever it matters (dims of size > 1; a size known
+    only at run time may be > 1)."""
+    return all(s == e or (isinstance(size, int) and size <= 1)
+               for size, s, e in zip(shape, strides, expected))

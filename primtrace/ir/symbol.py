@@ -13,7 +13,7 @@ from typing import Any, Callable
 import torch
 
 from primtrace.ir.kinds import SymbolKind
-from primtrace.ir.proxy import NumberSpec, Proxy, TensorSpec
+from primtrace.ir.proxy import NumberSpec, Proxy, SizeProxy, TensorSpec
 from primtrace.ir.trace import Node, current_trace
 from primtrace.ir.tree import tree_flatten
 
@@ -27,12 +27,25 @@ def _to_proxies(trace, out, requires_grad: bool = False):
         differentiable = out.dtype.is_floating_point or out.dtype.is_complex
         return trace.tensor(out, requires_grad=requires_grad and differentiable)
     if isinstance(out, NumberSpec):
+        if out.bounds is not None:   # an int known only at run time, within bounds
+            return SizeProxy(trace.fresh_name("n"), out.value.what, *out.bounds,
+                             sources=out.sources)
         proxy = trace.number(out.python_type, out.value)
         proxy.sources = out.sources
         return proxy
     if isinstance(out, (tuple, list)):
         return type(out)(_to_proxies(trace, o, requires_grad) for o in out)
     return out
+
+
+#: the symbols being recorded, outermost first (what an error raised inside names)
+_recording: list = []
+
+
+def recording() -> tuple:
+    """The symbols whose nodes are being recorded now, outermost (the torch-level ref)
+    first, innermost (a prim's meta function) last."""
+    return tuple(_recording)
 
 
 def _requires_grad(sym, args, kwargs) -> bool:
@@ -98,12 +111,16 @@ class Symbol:
     def _record(self, trace, args, kwargs):
         args, kwargs = trace.resolve_args(args, kwargs)  # x.add_(y) then x: the new version
         node = Node(self, args, kwargs, None, source=trace.source_line)
-        if self.kind is SymbolKind.REF:
-            with trace.scope(node):
-                node.outputs = self.fn(*args, **kwargs)
-        else:
-            node.outputs = _to_proxies(trace, self.meta(*args, **kwargs),
-                                       _requires_grad(self, args, kwargs))
+        _recording.append(self)
+        try:
+            if self.kind is SymbolKind.REF:
+                with trace.scope(node):
+                    node.outputs = self.fn(*args, **kwargs)
+            else:
+                node.outputs = _to_proxies(trace, self.meta(*args, **kwargs),
+                                           _requires_grad(self, args, kwargs))
+        finally:
+            _recording.pop()
         trace.record(node)
         return node.outputs
 

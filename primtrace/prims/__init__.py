@@ -5,6 +5,7 @@ Python numbers act as scalars), same dtype, no promotion. Each prim is a
 :class:`~primtrace.ir.Symbol` with a meta function, used on proxies while tracing and as
 the contract check on real tensors, and a torch implementation.
 """
+from primtrace.prims import data_dependent as _data_dependent
 from primtrace.prims import dtype_views as _dtype_views
 from primtrace.prims import elementwise as _elementwise
 from primtrace.prims import indexing as _indexing
@@ -29,6 +30,7 @@ from primtrace.prims.dtype_views import (conj_view, imag_view, libm_pow, real_vi
 from primtrace.prims.reductions import amax, amin, prod, var  # noqa: F401
 from primtrace.prims.reductions import sum  # noqa: F401
 from primtrace.prims.indexing import *  # noqa: F401,F403
+from primtrace.prims.data_dependent import *  # noqa: F401,F403  (data-dependent sizes)
 from primtrace.prims.linalg import *  # noqa: F401,F403
 from primtrace.prims.random import *  # noqa: F401,F403
 from primtrace.prims.scans import *  # noqa: F401,F403
@@ -45,12 +47,12 @@ ALL_PRIMS = {**_elementwise.PRIMS, **_structural.PRIMS, **_reductions.PRIMS, **_
              **_views.PRIMS, **_library.PRIMS,
              "check_fits": check_fits, "check_item_fits": check_item_fits}
 ALL_PRIMS.update({**_linalg.PRIMS, **_indexing.PRIMS, **_scans.PRIMS, **_random.PRIMS,
-                  **_spectral.PRIMS, **_library_grads.PRIMS})
+                  **_spectral.PRIMS, **_library_grads.PRIMS, **_data_dependent.PRIMS})
 #: name -> how the prim differentiates: a VJP rule or a NotDifferentiable mark
 #: (primtrace.prims.differentiation), kept beside each prim in its module
 VJP_RULES = {}
 for _module in (_elementwise, _structural, _reductions, _dtype_views, _views, _library, _guards,
-                _linalg, _indexing, _scans, _random, _spectral, _library_grads):
+                _linalg, _indexing, _scans, _random, _spectral, _library_grads, _data_dependent):
     VJP_RULES.update(_module.DERIVATIVES)
 _check_derivatives(ALL_PRIMS, VJP_RULES)
 UNARY = [row[0] for row in _elementwise.UNARY]

@@ -14,7 +14,7 @@ import torch
 from primtrace import dtypes
 from primtrace.dtypes import Category
 from primtrace.ir.proxy import TensorProxy, TensorSpec
-from primtrace.ir.strides import contiguous_strides, dense_strides, matches_dense
+from primtrace.ir.strides import contiguous_strides, dense_strides, matches_dense, with_stand_ins
 
 
 ANY_CATEGORY = frozenset(Category)
@@ -38,6 +38,10 @@ def number_category(x) -> Category:
 
 def elementwise_strides(shape, operand_strides) -> tuple:
     """Strides of a new output: dense, in the memory order of the operands."""
+    return with_stand_ins(_elementwise_strides, tuple(shape), operand_strides)
+
+
+def _elementwise_strides(shape, operand_strides) -> tuple:
     ndim = len(shape)
     contiguous = contiguous_strides(shape)
     if ndim <= 1 or not operand_strides or all(

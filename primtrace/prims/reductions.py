@@ -51,7 +51,7 @@ def _meta(name, allowed, *, nonempty=False, result="same"):
             for d in dims:
                 if a.shape[d] == 0:
                     raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
-        if a.numel() or not nonempty:  # eager's amax runs no kernel, checks no dtype, on nothing
+        if not nonempty or a.numel():  # eager's amax runs no kernel, checks no dtype, on nothing
             _check_category(name, a, allowed)
         dtype = dtypes.to_real(a.dtype) if result == "real" else a.dtype
         return TensorSpec(shape, dtype, a.device, contiguous_strides(shape))

@@ -22,6 +22,7 @@ from primtrace.refs.random import *  # noqa: F401,F403
 from primtrace.refs.ranges import *  # noqa: F401,F403
 from primtrace.refs.reductions import *  # noqa: F401,F403
 from primtrace.refs.scans import *  # noqa: F401,F403
+from primtrace.refs.selection import *  # noqa: F401,F403
 from primtrace.refs.slicing import *  # noqa: F401,F403
 from primtrace.refs.ternary import *  # noqa: F401,F403
 from primtrace.refs.unary import *  # noqa: F401,F403

@@ -63,16 +63,27 @@ def is_number(x) -> bool:
 
 
 def broadcast_shapes(*shapes) -> tuple:
-    """The broadcast of shapes, with eager's error message on a mismatch."""
+    """The broadcast of shapes, with eager's error message on a mismatch. A size known only
+    at run time (x[mask]'s rows) broadcasts with itself and with 1; against any other size
+    the result depends on its value: the tracer's DataDependentError."""
     ndim = max((len(s) for s in shapes), default=0)
     result = [1] * ndim
     for i in range(-1, -ndim - 1, -1):
         for j, s in enumerate(shapes):
-            if -i > len(s) or s[i] == 1:
+            if -i > len(s):
                 continue
-            if result[i] == 1:
-                result[i] = s[i]
-            elif s[i] != result[i]:
+            n = s[i]
+            if type(n) is int and n == 1:
+                continue
+            if type(result[i]) is int and result[i] == 1:
+                result[i] = n
+            elif n is result[i] or type(n) is int and type(result[i]) is int and n == result[i]:
+                continue
+            elif type(n) is not int or type(result[i]) is not int:
+                from primtrace.ir.proxy import needs_value
+                needs_value(n if type(n) is not int else result[i],
+                            f"to broadcast shapes {', '.join(str(list(t)) for t in shapes)}")
+            else:
                 first = next(k for k, t in enumerate(shapes) if -i <= len(t) and t[i] == result[i])
                 raise RuntimeError(
                     f"The size of tensor {_letter(first)} ({result[i]}) must match the size of "

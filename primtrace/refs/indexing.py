@@ -426,15 +426,26 @@ def _setitem(self, index, value):
     from primtrace.refs.writes import copy_
     require_tensors("__setitem__", self=self)
     view, indices, _ = apply_slicing(self, index_items(index, self.device))
+    masked = bool(indices) and indices[-1].dtype is torch.bool
+    if masked and is_tensor(value) and value.ndim == 0 and value.dtype != self.dtype:
+        value = maybe_convert(value, self.dtype)   # eager's masked_fill_ takes its value
     if is_number(value) or (is_tensor(value) and not indices):
         value = filled((), value, self.dtype, self.device) if is_number(value) else value
     elif not is_tensor(value):
         raise TypeError(f"can't assign a {type_name(value)} to a {_tensor_type(self)}")
     leading = 0
-    while leading < value.ndim and value.shape[leading] == 1:
+    while leading < value.ndim and type(value.shape[leading]) is int and value.shape[leading] == 1:
         leading += 1
     if leading:   # eager's slicePrefix1sSize
         value = prims.squeeze(value, tuple(range(leading)))
+    if masked:   # x[mask] = v: the masked elements take v (the rows of v, in order)
+        from primtrace.refs.selection import write_by_mask
+        if value.dtype != self.dtype:
+            raise RuntimeError(f"Index put requires the source and destination dtypes match, "
+                               f"got {dtypes.scalar_type_name(self.dtype)} for the destination "
+                               f"and {dtypes.scalar_type_name(value.dtype)} for the source.")
+        write_by_mask(view, indices[-1], len(indices) - 1, value)
+        return None
     if not indices:
         if _shape(value) != _shape(view):   # eager's expand_inplace, with expand's errors
             from primtrace.refs.views import expand

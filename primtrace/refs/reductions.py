@@ -180,7 +180,9 @@ def _mean(input, dims, dtype):
     for d in dims:
         count *= input.shape[d]
     total = prims.sum(maybe_convert(input, _computation(dtype)), dims)
-    return maybe_convert(prims.div(total, float(count)), dtype)
+    if isinstance(count, int):
+        count = float(count)   # else an int known when the trace runs (x[mask]'s rows)
+    return maybe_convert(prims.div(total, count), dtype)
 
 
 # --- var, std, var_mean, std_mean ------------------------------------------------------------

@@ -239,7 +239,8 @@ def _rows_index(input, index) -> bool:
     gathered by index_select (other integer indices: prims.index, the kernel eager runs).
     Not an empty x: eager's index checks no index value where the result is empty."""
     return (is_tensor(index) and index.ndim > 0 and index.dtype in (torch.int32, torch.int64)
-            and index.device == input.device and input.ndim > 0 and input.numel() > 0
+            and index.device == input.device and input.ndim > 0
+            and isinstance(input.numel(), int) and input.numel() > 0
             and tuple(input.stride()) == contiguous_strides(tuple(input.shape)))
 
 
@@ -276,17 +277,27 @@ def _advanced_item(input, i) -> bool:
             and i.device == input.device)
 
 
+def mask_item(input, i) -> bool:
+    """A bool mask of one or more dims on input's device (eager selects the elements where it
+    is True: a size known when the trace runs)."""
+    return is_tensor(i) and i.dtype is torch.bool and i.ndim > 0 and i.device == input.device
+
+
 def indexable(input, index) -> bool:
-    """Whether the refs compute input[index]: ints, slices, None, ..., integer tensors."""
+    """Whether the refs compute input[index]: ints, slices, None, ..., integer tensors, or
+    one bool mask (with basic items only)."""
     items = index_items(index)
     if items is None or not is_tensor(input):
         return False
+    tensors = [i for i in items if is_tensor(i)]
+    if builtins.any(mask_item(input, i) for i in tensors) and len(tensors) > 1:
+        return False   # a mask with other tensor indices: torch's (which raises, traced)
     for i in items:
         if type(i) is builtins.slice:
             if builtins.any(is_tensor(v) for v in (i.start, i.stop, i.step)):
                 return False
         elif is_tensor(i):
-            if not _advanced_item(input, i):
+            if not (_advanced_item(input, i) or mask_item(input, i)):
                 return False
         elif type(i) is list:   # a list of ints, made a tensor
             continue
@@ -312,9 +323,11 @@ def _slice_bounds(s, n):
 
 def apply_slicing(input, items):
     """Eager's applySlicing: ints select, slices slice, None unsqueezes, left to right (views
-    of input); integer tensors stay for advanced indexing. Returns (view, indices, changed):
-    `indices` lists None or the tensor for each dim of the view up to the last tensor."""
-    used = builtins.sum(1 for i in items if i is not None and i is not Ellipsis)
+    of input); integer tensors stay for advanced indexing, as do bool masks (each covering
+    as many dims as it has). Returns (view, indices, changed): `indices` lists None or the
+    tensor for each dim of the view up to the last tensor (a mask's at its first dim)."""
+    used = builtins.sum(i.ndim if is_tensor(i) and i.dtype is torch.bool and i.ndim else 1
+                        for i in items if i is not None and i is not Ellipsis)
     if builtins.sum(1 for i in items if i is Ellipsis) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
     if used > input.ndim:
@@ -340,7 +353,7 @@ def apply_slicing(input, items):
             dim += 1
         elif is_tensor(i):
             indices += [None] * (dim - len(indices)) + [i]
-            dim += 1
+            dim += i.ndim if i.dtype is torch.bool and i.ndim else 1
         else:
             i, n = operator.index(i), result.shape[dim]
             if not -n <= i < n:
@@ -354,7 +367,9 @@ def _getitem(input, index):
     """Tensor.__getitem__ with ints, slices (positive steps), None, Ellipsis and integer
     tensors (lists of ints), as eager: the basic items applied left to right as views (select,
     slice, unsqueeze), always a view; then integer tensors index the view (a new tensor, in
-    eager's layout: refs.indexing.advanced_index). Bool masks are left to torch."""
+    eager's layout: refs.indexing.advanced_index); or one bool mask, which selects the
+    elements where it is True (their count is known when the trace runs: refs.selection). A
+    mask with other tensor indices is left to torch."""
     require_tensor("__getitem__", input, "self")
     if _rows_index(input, index):   # negative indices count from the end, as eager's
         n = input.shape[0]
@@ -362,6 +377,9 @@ def _getitem(input, index):
         wrapped = prims.where(prims.lt(index, 0), prims.add(index, n), index)
         return prims.index_select(input, 0, wrapped)
     result, indices, changed = apply_slicing(input, index_items(index, input.device))
+    if indices and indices[-1].dtype is torch.bool:   # one mask: a size known at run time
+        from primtrace.refs.selection import select_by_mask
+        return select_by_mask(result, indices[-1], len(indices) - 1)
     if indices:
         from primtrace.refs.indexing import advanced_index
         return advanced_index(result, indices)

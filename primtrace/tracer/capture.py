@@ -185,6 +185,10 @@ def dispatch(func, args, kwargs):
     result = NotImplemented
     if target.ref is not None:
         result = _call_ref(trace, func, target, args, kwargs)
+        for other in mapping.overloads(target) if result is NotImplemented else ():
+            result = _call_ref(trace, func, other, args, kwargs)
+            if result is not NotImplemented:
+                break
     if result is NotImplemented:
         result = record_opaque(trace, func, target, args, kwargs)
     if written is not None and result is not written and (
@@ -224,7 +228,18 @@ def _data_dependent_message(func, target) -> str:
 
 
 def _unknown_read(unknown: Unknown):
-    """User code read a number the trace computes only when it runs (``t.item()``)."""
+    """User code read a number the trace computes only when it runs (``t.item()``); or a
+    ref or prim needs the value of a size known only at run time (x[mask]'s row count)."""
+    from primtrace.ir.symbol import recording
+    ops = recording()
+    if ops:
+        names = " -> ".join(dict.fromkeys(s.qualname for s in (ops[0], ops[-1])))
+        raise DataDependentError(
+            f"data-dependent size: {names} needs the value of {unknown.what}, which is known "
+            f"only when the trace runs\n  {describe_location(user_location())}\n"
+            f"primtrace traces such sizes symbolically, but this op cannot take one here (it "
+            f"compares or computes with its value); compute it outside the jitted function, or "
+            f"keep the data-dependent part out of it (torch.where(mask, x, 0) keeps sizes fixed)")
     raise DataDependentError(
         f"data-dependent control flow: this reads the value of {unknown.what}, which is "
         f"known only when the trace runs\n  {describe_location(user_location())}\n"

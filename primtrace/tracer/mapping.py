@@ -59,6 +59,11 @@ ALIASES = {
     "_threshold": ("threshold",),
 }
 
+#: torch functions with another form that a ref of another name computes, tried when the
+#: ref of the function's own name cannot take the call: torch.where(condition), the
+#: one-argument where, is nonzero(condition, as_tuple=True)
+OVERLOADS = {"where": ("where_condition",)}
+
 #: Tensor methods whose torch function takes self second: x.polygamma(n) is torch.polygamma(n, x).
 SELF_SECOND = frozenset({"polygamma"})
 
@@ -220,6 +225,16 @@ def resolve(func) -> Target:
     if namespace == "Tensor" and name in SELF_SECOND:
         return Target(namespace, name, find_ref(namespace, name), swap=True)
     return Target(namespace, name, find_ref(namespace, name))
+
+
+def overloads(target: Target) -> list[Target]:
+    """The targets of the other forms of `target`'s function (OVERLOADS)."""
+    found = []
+    for name in OVERLOADS.get(target.name, ()):
+        ref = find_ref(target.namespace, name)
+        if ref is not None:
+            found.append(Target(target.namespace, target.name, ref, target.swap, target.inplace))
+    return found
 
 
 def is_factory(func) -> bool:

@@ -37,7 +37,7 @@ from primtrace.executors.numba import plan as kernel_plan
 from primtrace.executors.numba import reduction_plan
 from primtrace.executors.numba.plan import NotFusible, Plan, is_number, node_args
 from primtrace.executors.numba.registers import NUMBER_DTYPE, supported
-from primtrace.ir.proxy import NumberProxy, TensorProxy
+from primtrace.ir.proxy import NumberProxy, TensorProxy, symbolic_tensor
 from primtrace.ir.symbol import SymbolKind
 from primtrace.ir.trace import Node, Trace
 from primtrace.ir.tree import proxies_in
@@ -88,6 +88,8 @@ class NumbaFusionExecutor(FusionExecutor):
         """Whether `node` is a prim with a row in the op table (ops.py) that the backend for
         its device lowers on its dtype, with arguments a kernel can take."""
         sym = node.symbol
+        if any(symbolic_tensor(p) for p in proxies_in((node.args, node.kwargs, node.outputs))):
+            return False   # a size known only at run time: kernels are built for fixed shapes
         if self.cost_model and _device_type(node) == "cuda":
             from primtrace.executors.numba import cost
             if not cost.fuse_on_gpu(node):
@@ -293,6 +295,8 @@ class NumbaFusionExecutor(FusionExecutor):
         gather of one value per row after its log_softmax)."""
         if not self.cost_model:   # on a GPU too: prims that do not fuse run as the call
             return True
+        if any(symbolic_tensor(p) for n in nodes for p in (*n.inputs, *n.output_proxies)):
+            return False   # nothing of a data-dependent size fuses: the call runs whole
         from primtrace.executors.numba import cost
         computing = [n for n in nodes if n.symbol.kind is SymbolKind.PRIM and any(
             isinstance(p, TensorProxy) for p in n.output_proxies)]   # not guards (check_fits)
