@@ -92,10 +92,65 @@ def _bounds(name, args):
     return None
 
 
+def expr_of(x):
+    """The monomial (coefficient, ((base, power), ...)) of an int or a SizeProxy, else None."""
+    if type(x) is int or type(x) is bool:
+        return int(x), ()
+    return x.expr if isinstance(x, SizeProxy) else None
+
+
+def _times(fa, fb) -> tuple:
+    powers = dict(fa)
+    for base, p in fb:
+        powers[base] = powers.get(base, 0) + p
+    return tuple(sorted(powers.items()))
+
+
+def _combined(name, args):
+    """The monomial of `name` on monomials where it is one for every value of the bases
+    (n * 4, 4n // 2, 4n - n, 4n % 2 = 0), else None."""
+    exprs = [expr_of(a) for a in args]
+    if any(e is None for e in exprs):
+        return None
+    if name == "neg":
+        return -exprs[0][0], exprs[0][1]
+    (ca, fa), (cb, fb) = exprs
+    if name == "mul":
+        return ca * cb, _times(fa, fb) if ca * cb else ()
+    if name in ("add", "sub") and fa == fb:
+        c = ca + cb if name == "add" else ca - cb
+        return (c, fa) if c else (0, ())
+    if name == "floordiv" and not fb and cb > 0 and ca % cb == 0:
+        return ca // cb, fa
+    if name == "mod" and not fb and cb != 0 and ca % cb == 0:
+        return 0, ()
+    return None
+
+
+def _same_monomial(a, b) -> bool:
+    ea, eb = expr_of(a), expr_of(b)
+    return ea is not None and ea == eb
+
+
+def decide(name, a, b):
+    """a <op> b ("eq", "lt", ...) for ints maybe known only at run time: True or False where
+    their bounds and monomials tell, else None (nothing is read)."""
+    return _decide(name, a, b)
+
+
+def _known_le(a, b) -> bool:
+    """Whether a <= b is known from how a was computed (a = min(b, k))."""
+    return isinstance(a, SizeProxy) and isinstance(b, NumberProxy) and b.name in a.below
+
+
 def _decide(name, a, b):
     """a <op> b from the bounds of ints known only at run time; None when they do not tell."""
-    if a is b:
+    if a is b or _same_monomial(a, b):
         return name in ("eq", "le", "ge")
+    if (name == "le" and _known_le(a, b)) or (name == "ge" and _known_le(b, a)):
+        return True
+    if (name == "gt" and _known_le(a, b)) or (name == "lt" and _known_le(b, a)):
+        return False
     ba, bb = bounds_of(a), bounds_of(b)
     if ba is None or bb is None:
         return None
@@ -144,7 +199,72 @@ def _apply(name, *args):
     if trace is None or _result_type(name, args) is None:
         values = [a._read() if isinstance(a, NumberProxy) else a for a in args]
         return {**_BINARY, **_UNARY}[name](*values)
-    return SYMBOLS[name](*args)
+    expr = _combined(name, args) if any(isinstance(a, SizeProxy) for a in args) else None
+    if expr is not None:   # arithmetic on sizes: one proxy per monomial (n * 4 twice: one)
+        if not expr[1]:
+            return expr[0]
+        table = trace.tags.setdefault("size_exprs", {})
+        known = table.get(expr)
+        if known is not None:
+            return known
+    result = SYMBOLS[name](*args)
+    if expr is not None and isinstance(result, SizeProxy):
+        result.expr = expr
+        trace.tags["size_exprs"][expr] = result
+    return result
+
+
+def _extreme_meta(name):
+    pick = max if name == "max" else min
+
+    def meta(a, b):
+        (alo, ahi), (blo, bhi) = bounds_of(a), bounds_of(b)
+
+        def either(p, q):   # one known bound is enough
+            return p if q is None else q if p is None else pick(p, q)
+
+        def both(p, q):     # both must be known
+            return None if p is None or q is None else pick(p, q)
+        lower, upper = (either(alo, blo), both(ahi, bhi)) if name == "max" else (
+            both(alo, blo), either(ahi, bhi))
+        what = f"{name}({getattr(a, 'name', a)}, {getattr(b, 'name', b)})"
+        return NumberSpec(int, Unknown(what), tuple(x for x in (a, b) if isinstance(x, NumberProxy)),
+                          (lower, upper))
+    return meta
+
+
+_EXTREMES = {name: Symbol(f"number_{name}", kind=SymbolKind.PRIM, meta=_extreme_meta(name),
+                          impl=fn, module="prims", tags=frozenset({"number"}),
+                          doc=f"Python's {name} of two ints, at run time.")
+             for name, fn in (("max", max), ("min", min))}
+SYMBOLS.update(_EXTREMES)
+
+
+def size_max(a, b):
+    """max(a, b) of ints, one of them maybe known only at run time (a size): the one the
+    bounds tell, else recorded (number_max)."""
+    return _extreme("max", a, b)
+
+
+def size_min(a, b):
+    """min(a, b), as size_max."""
+    return _extreme("min", a, b)
+
+
+def _extreme(name, a, b):
+    if not (isinstance(a, NumberProxy) and isinstance(a.value, Unknown)) and not (
+            isinstance(b, NumberProxy) and isinstance(b.value, Unknown)):
+        return max(a, b) if name == "max" else min(a, b)
+    first = _decide("ge" if name == "max" else "le", a, b)
+    if first is not None:
+        return a if first else b
+    if bounds_of(a) is None or bounds_of(b) is None or current_trace() is None:
+        values = [x._read() if isinstance(x, NumberProxy) else x for x in (a, b)]
+        return max(values) if name == "max" else min(values)
+    result = _EXTREMES[name](a, b)
+    if name == "min":
+        result.below = tuple(x.name for x in (a, b) if isinstance(x, NumberProxy))
+    return result
 
 
 def _binary(name):

@@ -171,13 +171,39 @@ class SizeProxy(NumberProxy):
     specialized on it. A tensor's shape may hold one (``t3: "cpu f32[n2, 5]"``). Its value
     cannot be read while tracing; a comparison the bounds decide (``n >= 0``, ``n <=
     mask.numel()``, ``n == n``) is answered, any other reads the value and raises the
-    tracer's DataDependentError."""
-    __slots__ = ("lower", "upper")
+    tracer's DataDependentError.
+
+    `expr` is its value as a monomial ``(c, ((base, power), ...))`` of the sizes it was
+    computed from (``n * 4`` is ``(4, (("n0", 1),))``; a size of its own is its own base):
+    arithmetic that gives the same monomial gives the same proxy (``(n * 4) // 4`` is n), so
+    shapes computed two ways compare equal; and layouts are computed on stand-in values of
+    the bases (``primtrace.ir.strides``)."""
+    __slots__ = ("lower", "upper", "expr", "below")
 
     def __init__(self, name: str, what: str, lower: int = 0, upper: int | None = None,
-                 sources: tuple = ()):
+                 sources: tuple = (), expr=None):
         super().__init__(name, int, Unknown(what), sources)
         self.lower, self.upper = lower, upper
+        self.expr = ((1, ((name, 1),)) if expr is None else expr)
+        self.below = ()   # names of the values it is known to be <= (min(k, n) <= n)
+
+
+#: stand-in values of the bases of sizes known only at run time, for each of two runs
+_PRIMES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71)
+
+
+def stand_in(x, run: int, bases: dict):
+    """The value `x` (an int, or a size known only at run time) takes in stand-in run 0 or 1:
+    each base size gets a distinct prime (`bases`: base name -> its index, shared by the
+    values of one computation). Stand-ins are >= 2: a dim that may hold several elements."""
+    if not isinstance(x, NumberProxy):
+        return x
+    coef, factors = x.expr if isinstance(x, SizeProxy) else (1, ((x.name, 1),))
+    value = coef
+    for base, power in factors:
+        i = bases.setdefault(base, len(bases))
+        value *= _PRIMES[(2 * i + run) % len(_PRIMES)] ** power
+    return value
 
 
 def is_symbolic(x) -> bool:

@@ -3,27 +3,38 @@ creation refs and memory formats all do).
 
 A shape may hold a size known only at run time (``x[mask]``'s rows: a
 :class:`~primtrace.ir.proxy.SizeProxy`); strides stay concrete ints. A layout is computed
-with two stand-in values for such sizes (2 and 3: a dim that may hold several elements);
-where the strides agree they hold for every size, as for the rows of a row-major (n, 5)
-tensor, (5, 1). Where they differ (a row-major (5, n): its first stride is n) the layout
+on two runs of stand-in values for such sizes (distinct primes: dims that may hold several
+elements); where the strides agree they hold for every size, as for the rows of a
+row-major (n, 5) tensor, (5, 1). Where they differ (a row-major (5, n): its first stride is n) the layout
 depends on the size, and the tracer's DataDependentError is raised.
 """
 from __future__ import annotations
 
-_STAND_INS = (2, 3)
+
+def _symbolic(value) -> bool:
+    if isinstance(value, (tuple, list)):
+        return any(_symbolic(v) for v in value)
+    from primtrace.ir.proxy import NumberProxy
+    return isinstance(value, NumberProxy)
 
 
-def _symbolic(shape) -> bool:
-    return any(not isinstance(n, int) for n in shape)
+def _substituted(value, run, bases):
+    from primtrace.ir.proxy import stand_in
+    if isinstance(value, (tuple, list)):
+        return type(value)(_substituted(v, run, bases) for v in value)
+    return stand_in(value, run, bases)
 
 
 def with_stand_ins(layout, shape, *args):
-    """``layout(shape, *args)``, strides of `shape`; for a shape holding sizes known only at
-    run time, computed on stand-in values, which must not change the result."""
-    if not _symbolic(shape):
+    """``layout(shape, *args)``, strides; where a size known only at run time appears in
+    the arguments (shapes, or tuples of them), computed on two runs of stand-in values
+    (``proxy.stand_in``), which must give the same strides."""
+    if not _symbolic((shape, args)):
         return layout(shape, *args)
-    results = {layout(tuple(n if isinstance(n, int) else v for n in shape), *args)
-               for v in _STAND_INS}
+    results = set()
+    for run in (0, 1):
+        bases = {}
+        results.add(layout(*_substituted((shape, *args), run, bases)))
     if len(results) == 1:
         return results.pop()
     from primtrace.ir import proxy

@@ -45,7 +45,26 @@ def new_size(what: str, lower: int = 0, upper: int | None = None):
     if trace is None:
         return None
     name = trace.fresh_name("n")
-    return SizeProxy(name, f"{name} ({what})", lower, upper)
+    size = SizeProxy(name, f"{name} ({what})", lower, upper)
+    trace.tags.setdefault("size_exprs", {})[size.expr] = size   # (n * 4) // 4 is n again
+    return size
+
+
+def known_count(t):
+    """The number of nonzero (True) elements of traced tensor `t` when an earlier selection
+    by it made that a size already (``target[m]`` after ``logits[m]``: both have its rows),
+    else None. Sizes of the same count are then the same proxy, which elementwise ops and
+    losses need (their operands' shapes must agree)."""
+    trace = current_trace()
+    name = getattr(t, "name", None)
+    return None if trace is None or name is None else trace.tags.get("counts", {}).get(name)
+
+
+def note_count(t, n) -> None:
+    """Remember `n` as the number of nonzero elements of traced tensor `t` (known_count)."""
+    trace = current_trace()
+    if trace is not None and isinstance(n, SizeProxy) and getattr(t, "name", None) is not None:
+        trace.tags.setdefault("counts", {})[t.name] = n
 
 
 def _spec(shape, dtype, device) -> TensorSpec:
@@ -59,29 +78,42 @@ def _prim(name, meta, impl, doc, tags=()):
 
 
 # --- nonzero -------------------------------------------------------------------------------
-def _nonzero_meta(a, as_tuple=False):
+def _nonzero_meta(a, as_tuple=False, size=None):
     if not is_tensor(a) or type(as_tuple) is not bool:
         raise PrimContractError("prims.nonzero: a tensor and a bool as_tuple")
-    numel = a.numel()
-    n = new_size(f"the number of nonzero elements of {getattr(a, 'name', 'a')}", 0,
-                 numel if isinstance(numel, int) else None)
+    count = size
+    if size is None:
+        numel = a.numel()
+        count = new_size(f"the number of nonzero elements of {getattr(a, 'name', 'a')}", 0,
+                         numel if isinstance(numel, int) else None)
     if as_tuple:
-        return (tuple(_spec((n,), torch.int64, a.device) for _ in range(max(a.ndim, 1))), n)
-    return (_spec((n, a.ndim), torch.int64, a.device), n)
+        result = tuple(_spec((count,), torch.int64, a.device) for _ in range(max(a.ndim, 1)))
+    else:
+        result = _spec((count, a.ndim), torch.int64, a.device)
+    return (result, None if size is not None else count)
 
 
-def _nonzero_impl(a, as_tuple=False):
+def _nonzero_impl(a, as_tuple=False, size=None):
     if as_tuple:   # eager's columns (views of one column-major tensor, each of stride 1)
-        columns = torch.nonzero(a, as_tuple=True)
-        return columns, columns[0].shape[0]
-    t = torch.nonzero(a)
-    return t.contiguous(), t.shape[0]
+        result = torch.nonzero(a, as_tuple=True)
+        n = result[0].shape[0]
+    else:
+        result = torch.nonzero(a)
+        n = result.shape[0]
+        result = result.contiguous()
+    if size is None:
+        return result, n
+    if n != size:
+        raise RuntimeError(f"primtrace: prims.nonzero found {n} elements where the trace "
+                           f"assumed {size}")
+    return result, None
 
 
 nonzero = _prim(
     "nonzero", _nonzero_meta, _nonzero_impl,
     "(the int64 indices of a's nonzero elements, one row each, row-major; their count): "
-    "torch.nonzero. as_tuple: (one column of indices per dim of a, count).")
+    "torch.nonzero. as_tuple: (one column of indices per dim of a, count). `size`: the count "
+    "when the trace knows it already (then the second result is None).")
 
 
 # --- the elements or rows a boolean mask selects, and writes there -------------------------------
@@ -99,10 +131,11 @@ def _selection_shape(name, a, mask, dim):
 
 def _mask_select_meta(a, mask, dim, size=None):
     before, after = _selection_shape("mask_select", a, mask, dim)
-    if size is None:
-        numel = mask.numel()
-        size = new_size(f"the number of True values of {getattr(mask, 'name', 'the mask')}", 0,
-                        numel if isinstance(numel, int) else None)
+    if size is not None:   # known: the node reads it, and outputs no count
+        return (_spec((*before, size, *after), a.dtype, a.device), None)
+    numel = mask.numel()
+    size = new_size(f"the number of True values of {getattr(mask, 'name', 'the mask')}", 0,
+                    numel if isinstance(numel, int) else None)
     return (_spec((*before, size, *after), a.dtype, a.device), size)
 
 
@@ -113,17 +146,20 @@ def _index(mask, dim):
 def _mask_select_impl(a, mask, dim, size=None):
     t = a[_index(mask, dim)].contiguous()
     n = t.shape[dim]
-    if size is not None and n != size:
+    if size is None:
+        return t, n
+    if n != size:
         raise RuntimeError(f"primtrace: prims.mask_select selected {n} elements where the "
                            f"trace assumed {size}")
-    return t, n
+    return t, None
 
 
 mask_select = _prim(
     "mask_select", _mask_select_meta, _mask_select_impl,
     "(a[..., mask, ...] with the mask over dims [dim, dim + mask.ndim): those dims replaced by "
     "one of the selected count, row-major; the count). `size`: the count when the trace knows "
-    "it already (a VJP's selection of a cotangent by the forward's mask).")
+    "it already (an earlier selection by the same mask; a VJP's selection of a cotangent by "
+    "the forward's mask): then the second result is None.")
 
 
 def _mask_put_meta(a, mask, dim, values):

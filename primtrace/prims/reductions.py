@@ -51,8 +51,9 @@ def _meta(name, allowed, *, nonempty=False, result="same"):
             for d in dims:
                 if a.shape[d] == 0:
                     raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
-        if not nonempty or a.numel():  # eager's amax runs no kernel, checks no dtype, on nothing
-            _check_category(name, a, allowed)
+        numel = a.numel()   # an int known only at run time (x[mask]'s): its dtype is checked
+        if not nonempty or not isinstance(numel, int) or numel:
+            _check_category(name, a, allowed)   # eager's amax checks no dtype on nothing
         dtype = dtypes.to_real(a.dtype) if result == "real" else a.dtype
         return TensorSpec(shape, dtype, a.device, contiguous_strides(shape))
     return meta

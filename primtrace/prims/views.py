@@ -28,8 +28,8 @@ import math
 
 import torch
 
-from primtrace.ir.proxy import TensorSpec
-from primtrace.ir.strides import contiguous_strides, dense_strides
+from primtrace.ir.proxy import TensorSpec, is_symbolic
+from primtrace.ir.strides import contiguous_strides, dense_strides, with_stand_ins
 from primtrace.ir.symbol import Symbol, SymbolKind
 from primtrace.prims.differentiation import (WRITES_THROUGH_VIEWS, NotDifferentiable, P,
                                              zeros_like)
@@ -53,9 +53,11 @@ def _tensor(name, a):
         raise PrimContractError(f"prims.{name}: expected a tensor, got {type(a).__name__}")
 
 
-def _ints(name, what, values, n=None) -> tuple:
+def _ints(name, what, values, n=None, sizes=False) -> tuple:
+    """`values` checked as a tuple of ints (`sizes`: ints known only at run time too)."""
     values = tuple(values)
-    if any(type(v) is not int for v in values) or (n is not None and len(values) != n):
+    if any(type(v) is not int and not (sizes and is_symbolic(v)) for v in values) or (
+            n is not None and len(values) != n):
         raise PrimContractError(f"prims.{name}: {what} must be {n if n is not None else 'a'} "
                                 f"tuple of ints, got {values!r}")
     return values
@@ -129,15 +131,16 @@ permute = _prim("permute", _permute_meta, lambda a, perm: a.permute(tuple(perm))
 # --- slice -------------------------------------------------------------------------------------
 def _slice_meta(a, starts, stops, steps):
     _tensor("slice", a)
-    starts, stops, steps = (_ints("slice", what, v, a.ndim) for what, v in
-                            (("starts", starts), ("stops", stops), ("steps", steps)))
+    starts, stops = (_ints("slice", what, v, a.ndim, sizes=True) for what, v in
+                     (("starts", starts), ("stops", stops)))
+    steps = _ints("slice", "steps", steps, a.ndim)
     shape, strides = [], []
     for n, s, b, e, k in zip(a.shape, a.stride(), starts, stops, steps):
         if not (0 <= b <= e <= n and k >= 1):
             raise PrimContractError(f"prims.slice: [{b}:{e}:{k}] is not a clamped slice of a "
                                     f"dim of size {n}")
-        shape.append((e - b + k - 1) // k)
-        strides.append(s * k)
+        shape.append(e - b if k == 1 else (e - b + k - 1) // k)   # a size known at run time:
+        strides.append(s * k)                                   # every row of x[mask] is n
     return _spec(a, shape, strides)
 
 
@@ -203,8 +206,8 @@ def expand_strides(shape, strides, target):
 
 def _expand_meta(a, shape):
     _tensor("expand", a)
-    shape = _ints("expand", "shape", shape)
-    strides = (expand_strides(tuple(a.shape), tuple(a.stride()), shape)
+    shape = _ints("expand", "shape", shape, sizes=True)
+    strides = (with_stand_ins(expand_strides, tuple(a.shape), tuple(a.stride()), shape)
                if len(shape) >= a.ndim else None)
     if strides is None or any(s < 0 for s in shape):
         raise PrimContractError(f"prims.expand: {list(a.shape)} cannot expand to {list(shape)}")

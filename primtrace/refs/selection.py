@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from primtrace import dtypes, prims
+from primtrace.prims.data_dependent import known_count, note_count
 from primtrace.refs.core import broadcast_shapes, exports, is_tensor, ref
 from primtrace.refs.reductions import wrap_dim
 from primtrace.refs.shape_args import require_tensor
@@ -29,23 +30,29 @@ def nonzero(input, *, out=None, as_tuple=False):
     """The int64 indices of input's nonzero elements, a row each (n, input.ndim); as_tuple:
     one index vector per dim (a 0-dim input: one). n is known when the trace runs."""
     require_tensor("nonzero", input)
-    if as_tuple:
-        return prims.nonzero(input, True)[0]
-    return prims.nonzero(input)[0]
+    return _nonzero(input, bool(as_tuple))
+
+
+def _nonzero(input, as_tuple):
+    """prims.nonzero, its count shared with other selections by the same tensor."""
+    known = known_count(input)
+    result, n = prims.nonzero(input, as_tuple, known)
+    note_count(input, n)
+    return result
 
 
 @ref
 def argwhere(input):
     """torch.argwhere: nonzero's (n, input.ndim) indices."""
     require_tensor("argwhere", input)
-    return prims.nonzero(input)[0]
+    return _nonzero(input, False)
 
 
 @ref
 def where_condition(condition):
     """torch.where(condition), the one-argument form: nonzero(condition, as_tuple=True)."""
     require_tensor("where", condition, "condition")
-    return prims.nonzero(condition, True)[0]
+    return _nonzero(condition, True)
 
 
 # --- masked_select, and the masks of indexing ------------------------------------------------------
@@ -57,7 +64,15 @@ def masked_select(input, mask, *, out=None):
     if mask.dtype is not torch.bool:
         raise RuntimeError("masked_select: expected BoolTensor for mask")
     shape = broadcast_shapes(tuple(input.shape), tuple(mask.shape)) or (1,)   # 0-dim: (1,)
-    return prims.mask_select(_expanded(input, shape), _expanded(mask, shape), 0)[0]
+    return _select(_expanded(input, shape), _expanded(mask, shape), 0)
+
+
+def _select(a, mask, dim):
+    """prims.mask_select, its count shared with other selections by the same mask."""
+    known = known_count(mask)
+    result, n = prims.mask_select(a, mask, dim, known)
+    note_count(mask, n)
+    return result
 
 
 def _expanded(t, shape):
@@ -81,7 +96,7 @@ def select_by_mask(view, mask, dim):
     """view[..., mask, ...], the mask (bool, one or more dims) over view's dims from `dim`:
     those dims replaced by one, of the selected count, as eager's index."""
     check_mask(view, mask, dim)
-    return prims.mask_select(view, mask, dim)[0]
+    return _select(view, mask, dim)
 
 
 def write_by_mask(view, mask, dim, value):

@@ -14,7 +14,8 @@ import torch
 
 from primtrace import dtypes, prims
 from primtrace.ir.strides import contiguous_strides
-from primtrace.ir.proxy import tensor_values
+from primtrace.ir.number_ops import size_max, size_min
+from primtrace.ir.proxy import is_symbolic, tensor_values
 from primtrace.refs import views as _views
 from primtrace.refs.core import exports, is_tensor, ref
 from primtrace.refs.creation import filled
@@ -311,14 +312,31 @@ def _getitem_declines(input, index) -> bool:
 
 
 def _slice_bounds(s, n):
+    """(start, stop, step) of slice `s` clamped to a dim of size n (maybe a size known only at
+    run time: x[mask][:k] keeps min(k, n) rows)."""
     step = 1 if s.step is None else operator.index(s.step)
     if step <= 0:
         raise ValueError("step must be greater than zero")
-    start = 0 if s.start is None else operator.index(s.start)
-    stop = n if s.stop is None else operator.index(s.stop)
-    start = min(max(start + n if start < 0 else start, 0), n)
-    stop = min(max(stop + n if stop < 0 else stop, start), n)
+    start = 0 if s.start is None else _bound(s.start)
+    stop = n if s.stop is None else _bound(s.stop)
+    start = size_min(size_max(start + n if start < 0 else start, 0), n)
+    stop = size_min(size_max(stop + n if stop < 0 else stop, start), n)
     return start, stop, step
+
+
+def _known_equal(a, b) -> bool:
+    """a == b, for ints maybe known only at run time: False where that is not known."""
+    if a is b:
+        return True
+    if is_symbolic(a) or is_symbolic(b):
+        from primtrace.ir.number_ops import decide
+        return decide("eq", a, b) is True
+    return a == b
+
+
+def _bound(v):
+    """A slice bound as an int (an int known only at run time stays one)."""
+    return v if is_symbolic(v) else operator.index(v)
 
 
 def apply_slicing(input, items):
@@ -348,7 +366,7 @@ def apply_slicing(input, items):
         elif type(i) is builtins.slice:
             n = result.shape[dim]
             start, stop, step = _slice_bounds(i, n)
-            if (start, stop, step) != (0, n, 1):
+            if not (_known_equal(start, 0) and _known_equal(stop, n) and step == 1):
                 result, changed = slice_dim(result, dim, start, stop, step), True
             dim += 1
         elif is_tensor(i):

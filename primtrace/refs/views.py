@@ -300,7 +300,7 @@ def expanded_shape(input, sizes) -> tuple:
         elif s < 0:
             raise RuntimeError(f"Trying to create tensor with negative dimension {s}: "
                                f"{list(sizes)}")
-        if d >= 0 and input.shape[d] != 1 and input.shape[d] != s:
+        if d >= 0 and input.shape[d] is not s and input.shape[d] != s and input.shape[d] != 1:
             raise RuntimeError(f"The expanded size of the tensor ({s}) must match the existing "
                                f"size ({input.shape[d]}) at non-singleton dimension {i}.  Target "
                                f"sizes: {list(sizes)}.  Tensor sizes: {list(input.shape)}")

@@ -182,15 +182,31 @@ def dispatch(func, args, kwargs):
     written = kwargs.get("out") if isinstance(kwargs.get("out"), TensorProxy) else (
         args[0] if args and isinstance(args[0], TensorProxy) else None)
     args, kwargs = trace.resolve_args(args, kwargs)
-    result = NotImplemented
+    result, refused = NotImplemented, None
     if target.ref is not None:
-        result = _call_ref(trace, func, target, args, kwargs)
-        for other in mapping.overloads(target) if result is NotImplemented else ():
-            result = _call_ref(trace, func, other, args, kwargs)
-            if result is not NotImplemented:
-                break
+        sizes = _size_tables(trace)
+        try:
+            result = _call_ref(trace, func, target, args, kwargs)
+            for other in mapping.overloads(target) if result is NotImplemented else ():
+                result = _call_ref(trace, func, other, args, kwargs)
+                if result is not NotImplemented:
+                    break
+        except DataDependentError as e:
+            # the ref cannot take a size known only at run time here (softmax over x[mask]'s
+            # rows, which it special-cases when empty): torch's own call, if its meta tells
+            if (kwargs.get("out") is not None or target.inplace or target.name == "__setitem__"
+                    or not _symbolic_sizes((args, kwargs))):
+                raise
+            _restore_size_tables(trace, sizes)
+            refused = e
     if result is NotImplemented:
-        result = record_opaque(trace, func, target, args, kwargs)
+        try:
+            result = record_opaque(trace, func, target, args, kwargs,
+                                   refused=refused is not None)
+        except DataDependentError:
+            if refused is not None:
+                raise refused from None
+            raise
     if written is not None and result is not written and (
             isinstance(result, TensorProxy) and trace.latest(written) is result):
         return written  # x.add_(y) returns x itself, as eager; reads of x see the new version
@@ -203,6 +219,17 @@ _AUTOGRAD_CALLS = (torch.Tensor.backward, torch.autograd.backward, torch.autogra
 
 #: reads of a tensor's values that an argument or state tensor answers (see _read_argument)
 _VALUE_READS = frozenset({"__bool__", "__int__", "__index__", "__contains__", "tolist", "is_nonzero"})
+
+
+def _size_tables(trace) -> tuple:
+    """Copies of what the trace knows of its data-dependent sizes (prims.data_dependent),
+    restored when a ref that made some fails and its call is recorded otherwise."""
+    return tuple(dict(trace.tags.get(key, {})) for key in ("size_exprs", "counts"))
+
+
+def _restore_size_tables(trace, saved: tuple) -> None:
+    for key, table in zip(("size_exprs", "counts"), saved):
+        trace.tags[key] = table
 
 
 def _read_argument(trace, func, target, args, kwargs):
@@ -347,11 +374,15 @@ def reset_warnings() -> None:
     _warned.clear()
 
 
-def _warn_once(name: str) -> None:
-    if name not in _warned:
-        _warned.add(name)
+def _warn_once(name: str, refused: bool = False) -> None:
+    if (name, refused) not in _warned:
+        _warned.add((name, refused))
         message = (f"primtrace: {name} has no ref; it is recorded as an opaque torch call and "
                    f"run by the torch executor")
+        if refused:
+            message = (f"primtrace: {name}'s ref cannot take an input of a size known only at "
+                       f"run time here; it is recorded as an opaque torch call (torch's kernel "
+                       f"and autograd) and run by the torch executor")
         loc = user_location()
         if loc is None:
             warnings.warn(message, OpaqueOpWarning, stacklevel=2)
@@ -391,10 +422,16 @@ def _meta_tensor(shape, strides, dtype):
     return torch.empty_strided(tuple(shape), tuple(strides), dtype=dtype, device="meta")
 
 
-def _to_meta(obj, memo: dict):
+def _to_meta(obj, memo: dict, size=None):
+    """`obj` with meta tensors for its proxies; `size` gives the value of a size known only
+    at run time (a stand-in: see _symbolic_metadata)."""
     def convert(x):
+        if size is not None and _proxy.is_symbolic(x):
+            return size(x)
         if isinstance(x, TensorProxy):
-            m = _meta_tensor(x.shape, x.stride(), x.dtype)
+            shape = tuple(size(n) if _proxy.is_symbolic(n) else n for n in x.shape) \
+                if size is not None else x.shape
+            m = _meta_tensor(shape, x.stride(), x.dtype)
             if x.requires_grad:  # a non-leaf that requires grad: autograd decides the outputs'
                 with torch.enable_grad():
                     m = m.requires_grad_().clone()
@@ -536,8 +573,9 @@ def _checked_symbol(symbol: Symbol, outputs) -> Symbol:
                   tags=symbol.tags, doc=symbol.doc, torch_function=symbol.torch_function)
 
 
-def record_opaque(trace, func, target, args, kwargs):
-    """Record a torch call primtrace has no ref for; its metadata comes from meta tensors."""
+def record_opaque(trace, func, target, args, kwargs, refused: bool = False):
+    """Record a torch call primtrace has no ref for (or whose ref `refused` an input of a
+    size known only at run time); its metadata comes from meta tensors."""
     display = mapping.display_name(func)
     mutated, mutates = None, None
     if isinstance(kwargs.get("out"), TensorProxy):
@@ -545,14 +583,20 @@ def record_opaque(trace, func, target, args, kwargs):
     elif (target.inplace or target.name == "__setitem__") and args and isinstance(args[0], TensorProxy):
         mutated, mutates = args[0], "self"
     memo = {}
+    symbolic = _symbolic_sizes((args, kwargs))
     trace.bypass += 1
     try:
+        if symbolic:   # a size known only at run time (x[mask]'s rows) among the inputs
+            result, memo = _symbolic_metadata(func, target, args, kwargs, symbolic, display)
+            raise _Done
         meta_args, meta_kwargs = _to_meta(args, memo), _to_meta(kwargs, memo)
         with torch.device("meta"):
             if target.name in ("cpu", "cuda"):  # a copy to a device: same metadata
                 result = meta_args[0].clone()
             else:
                 result = func(*meta_args, **meta_kwargs)
+    except _Done:
+        checked = False
     except Exception as e:
         where = describe_location(user_location())
         message = str(e).lower()
@@ -570,17 +614,19 @@ def record_opaque(trace, func, target, args, kwargs):
         checked = False
     finally:
         trace.bypass -= 1
-    if mutated is None and not any(isinstance(x, torch.Tensor) for x in tree_flatten(_plain(result))):
+    if mutated is None and not any(isinstance(x, (torch.Tensor, _SymbolicMeta))
+                                   for x in tree_flatten(_plain(result))):
         return result  # a metadata query (x.is_floating_point(), torch.numel(x)): a constant
     device = _output_device(func, args, kwargs)
 
     def to_proxy(m):
-        if isinstance(m, torch.Tensor):
+        if isinstance(m, (torch.Tensor, _SymbolicMeta)):
             return trace.tensor(TensorSpec(tuple(m.shape), m.dtype, device, tuple(m.stride())),
                                 requires_grad=m.requires_grad)
         return m
     if mutated is not None:
-        outputs = to_proxy(memo[mutated.name])
+        outputs = to_proxy(memo[mutated.name]) if not symbolic else trace.tensor(
+            mutated.spec, requires_grad=mutated.requires_grad)
     else:
         outputs = tree_map(to_proxy, result)
         if isinstance(result, tuple) and type(result) is not tuple and not hasattr(result, "_fields"):
@@ -595,8 +641,133 @@ def record_opaque(trace, func, target, args, kwargs):
             trace.note_write(mutated, outputs)
         elif target.name in mapping.VIEW_NAMES and args and isinstance(args[0], TensorProxy):
             trace.note_alias(args[0], outputs)   # a view torch makes (x.view(torch.int32))
-    _warn_once(display)
+    _warn_once(display, refused)
     return outputs
+
+
+class _Done(Exception):
+    """The metadata of an opaque call is known (leaves record_opaque's try block)."""
+
+
+class _SymbolicMeta:
+    """An opaque call's output tensor whose shape holds sizes known only at run time."""
+    __slots__ = ("shape", "dtype", "strides", "requires_grad")
+
+    def __init__(self, shape, dtype, strides, requires_grad):
+        self.shape, self.dtype, self.strides = shape, dtype, strides
+        self.requires_grad = requires_grad
+
+    def stride(self):
+        return self.strides
+
+
+def _symbolic_sizes(obj) -> list:
+    """The ints known only at run time that the arguments hold (in shapes, or as ints)."""
+    found = {}
+    for leaf in tree_flatten(obj):
+        sizes = leaf.shape if isinstance(leaf, TensorProxy) else (leaf,)
+        for n in sizes:
+            if _proxy.is_symbolic(n):
+                found.setdefault(n.name, n)
+    return list(found.values())
+
+
+#: the runs of an opaque call's meta function on inputs with data-dependent sizes: two of
+#: stand-in primes (shapes and strides must follow the sizes), then each base size 0, then 1
+#: (shapes only: eager's strides of size-0/1 dims do not matter), where ops such as squeeze
+#: take another path
+_RUNS = (0, 1, "zero", "one")
+
+
+def _symbolic_metadata(func, target, args, kwargs, sizes, display):
+    """(result, memo) of an opaque call on inputs holding sizes known only at run time: its
+    meta function run on stand-in sizes (_RUNS), and each output size that changes with
+    them matched to an input's size (or a multiple of one: flatten's 4n). An output that
+    matches none, strides that change, or a shape that does not follow at 0 or 1 is a
+    DataDependentError: the call cannot be traced with such an input."""
+    where = describe_location(user_location())
+
+    def fail(why, error=None):
+        raise DataDependentError(
+            f"{display} has no ref for an input of a size known only at run time ("
+            f"{', '.join(n.name for n in sizes)}: {sizes[0].value.what}), and torch's meta "
+            f"function does not tell its output metadata: {why}\n  {where}") from error
+
+    results, memo = [], {}
+    names = sorted({base for n in sizes for base, _ in (
+        n.expr[1] if isinstance(n, _proxy.SizeProxy) else ((n.name, 1),))})
+    order = {base: i for i, base in enumerate(names)}   # each base's stand-in, in every run
+    for run in _RUNS:
+        bases = dict(order)
+        if isinstance(run, int):
+            def value(n, run=run, bases=bases):
+                return _proxy.stand_in(n, run, bases)
+        else:
+            fixed = 0 if run == "zero" else 1
+
+            def value(n, fixed=fixed):
+                coef, factors = n.expr if isinstance(n, _proxy.SizeProxy) else (1, ((n.name, 1),))
+                return coef * fixed ** sum(p for _, p in factors)
+        run_memo = {}
+        try:
+            meta_args = _to_meta(args, run_memo, value)
+            meta_kwargs = _to_meta(kwargs, run_memo, value)
+            with torch.device("meta"):
+                results.append(func(*meta_args, **meta_kwargs))
+        except Exception as e:
+            if isinstance(run, int):
+                fail(f"it raised {type(e).__name__}: {e}", e)
+            results.append(e)
+        if run == 0:
+            memo = run_memo
+    candidates = {(_proxy.stand_in(n, 0, dict(order)), _proxy.stand_in(n, 1, dict(order))): n
+                  for n in sizes}
+
+    def size(a, b):
+        if a == b:
+            return a
+        if (a, b) in candidates:
+            return candidates[(a, b)]
+        for (p, q), n in candidates.items():   # a multiple of one: 4n
+            if p and a % p == 0 and b * p == a * q:
+                return n * (a // p)
+        fail(f"an output size ({a} or {b} for stand-in sizes) is no input's")
+
+    def zero_one_value(n, fixed):
+        coef, factors = n.expr if isinstance(n, _proxy.SizeProxy) else (1, ((n.name, 1),))
+        return coef * fixed ** sum(p for _, p in factors)
+
+    first, second = results[0], results[1]
+    flat0, flat1 = tree_flatten(_plain(first)), tree_flatten(_plain(second))
+    if len(flat0) != len(flat1):
+        fail("its results differ in structure with the size")
+    outputs = []
+    for a, b in zip(flat0, flat1):
+        if isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
+            fail("its results differ in structure with the size")
+        if not isinstance(a, torch.Tensor):
+            if a != b:
+                fail(f"a result ({a} or {b}) follows the size")
+            outputs.append(a)
+            continue
+        if a.ndim != b.ndim or a.dtype != b.dtype or a.stride() != b.stride():
+            fail("its results' layout changes with the size")
+        shape = tuple(size(p, q) for p, q in zip(a.shape, b.shape))
+        outputs.append(_SymbolicMeta(shape, a.dtype, tuple(a.stride()), a.requires_grad))
+    for run, fixed in (("zero", 0), ("one", 1)):   # the shapes at 0 and 1 follow as well
+        got = results[_RUNS.index(run)]
+        if isinstance(got, Exception):
+            continue   # eager raises on no element too: at run time, as the call runs
+        flat = tree_flatten(_plain(got))
+        expected = [tuple(n if isinstance(n, int) else zero_one_value(n, fixed) for n in o.shape)
+                    if isinstance(o, _SymbolicMeta) else None for o in outputs]
+        if [tuple(t.shape) if isinstance(t, torch.Tensor) else None for t in flat] != expected:
+            fail(f"its output shape takes another form when the size is {fixed}")
+    iterator = iter(outputs)
+    result = tree_map(lambda leaf: next(iterator), _plain(first))
+    if isinstance(first, tuple) and type(first) is not tuple and not hasattr(first, "_fields"):
+        result = type(first)(tuple(result))   # torch.return_types
+    return result, memo
 
 
 def _record_function(trace, apply, args, kwargs):
