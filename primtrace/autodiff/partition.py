@@ -60,6 +60,8 @@ def nbytes(p) -> int:
 
 def _hint(size) -> int:
     value = size if isinstance(size, int) else getattr(size, "value", None)
+    if not isinstance(value, int):   # a data-dependent size: its bound (x[mask]'s: every row)
+        value = getattr(size, "upper", None)
     return value if isinstance(value, int) else 4096
 
 

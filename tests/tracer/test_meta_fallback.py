@@ -113,8 +113,10 @@ def test_meta_refusal_falls_back_to_stand_ins_with_the_kernels_layout():
 
 
 def test_value_dependent_outputs_are_refused():
+    # (torch.repeat_interleave has a ref: its size is traced as a data-dependent size,
+    # tests/tracer/test_data_dependent.py; aten's op has none)
     with pytest.raises(DataDependentError, match="depends on tensor values"):
-        primtrace.jit(lambda x: torch.repeat_interleave(x))(torch.tensor([1, 2]))
+        primtrace.jit(lambda x: torch.ops.aten.repeat_interleave.Tensor(x))(torch.tensor([1, 2]))
     # stand-ins of zeros and of ones agree here; the call's check catches the real values
     with pytest.raises(RuntimeError, match="depend on input values"):
         primtrace.jit(lambda x: torch.ops.primtrace_test.value_sized(x) + 1)(torch.full((4,), 3.0))
