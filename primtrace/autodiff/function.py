@@ -33,6 +33,7 @@ from primtrace.ir.trace import Trace
 from primtrace.ir.tree import tree_flatten, tree_map
 from primtrace.prims.differentiation import NotDifferentiableError
 from primtrace.tracer.autograd_calls import needs_torch_autograd
+from primtrace.tracer.capture import DataDependentError
 
 _Tensor = torch.Tensor
 
@@ -66,6 +67,9 @@ def split(prims: Trace, wrt: list[TensorProxy], policy: str = "min_cut"):
         bw = backward_trace(prims, wrt)
     except NotDifferentiableError as e:
         raise Fallback(str(e)) from None
+    except DataDependentError as e:   # a rule cannot take a size known only at run time
+        raise Fallback(f"a derivative needs a data-dependent size: {str(e).splitlines()[0]}") \
+            from None
     arguments = {p.name for p in tree_flatten(prims.input_structure) if isinstance(p, Proxy)}
     held = [p for p in prims.inputs if p.name not in arguments] + distinct_results(prims.outputs)
     bw = partition(prims, bw, policy=policy, held=held)

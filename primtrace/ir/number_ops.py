@@ -93,43 +93,67 @@ def _bounds(name, args):
 
 
 def expr_of(x):
-    """The monomial (coefficient, ((base, power), ...)) of an int or a SizeProxy, else None."""
+    """The polynomial (SizeProxy.expr) of an int or a SizeProxy, else None."""
     if type(x) is int or type(x) is bool:
-        return int(x), ()
+        return (((), int(x)),) if x else ()
     return x.expr if isinstance(x, SizeProxy) else None
 
 
-def _times(fa, fb) -> tuple:
-    powers = dict(fa)
-    for base, p in fb:
-        powers[base] = powers.get(base, 0) + p
-    return tuple(sorted(powers.items()))
+def _normal(terms: dict) -> tuple:
+    return tuple(sorted((m, c) for m, c in terms.items() if c))
+
+
+def _plus(pa, pb, sign=1) -> tuple:
+    terms = dict(pa)
+    for m, c in pb:
+        terms[m] = terms.get(m, 0) + sign * c
+    return _normal(terms)
+
+
+def _product(pa, pb) -> tuple:
+    terms: dict = {}
+    for ma, ca in pa:
+        for mb, cb in pb:
+            powers = dict(ma)
+            for base, p in mb:
+                powers[base] = powers.get(base, 0) + p
+            m = tuple(sorted(powers.items()))
+            terms[m] = terms.get(m, 0) + ca * cb
+    return _normal(terms)
+
+
+def _constant(p):
+    """The int a polynomial is when it has no base, else None."""
+    if not p:
+        return 0
+    return p[0][1] if len(p) == 1 and not p[0][0] else None
 
 
 def _combined(name, args):
-    """The monomial of `name` on monomials where it is one for every value of the bases
-    (n * 4, 4n // 2, 4n - n, 4n % 2 = 0), else None."""
+    """The polynomial of `name` on polynomials where it is one for every value of the bases
+    (n * 4, 4n // 2, n - (n - 1), 4n % 2), else None."""
     exprs = [expr_of(a) for a in args]
     if any(e is None for e in exprs):
         return None
     if name == "neg":
-        return -exprs[0][0], exprs[0][1]
-    (ca, fa), (cb, fb) = exprs
+        return _plus((), exprs[0], -1)
+    pa, pb = exprs
+    if name in ("add", "sub"):
+        return _plus(pa, pb, 1 if name == "add" else -1)
     if name == "mul":
-        return ca * cb, _times(fa, fb) if ca * cb else ()
-    if name in ("add", "sub") and fa == fb:
-        c = ca + cb if name == "add" else ca - cb
-        return (c, fa) if c else (0, ())
-    if name == "floordiv" and not fb and cb > 0 and ca % cb == 0:
-        return ca // cb, fa
-    if name == "mod" and not fb and cb != 0 and ca % cb == 0:
-        return 0, ()
+        return _product(pa, pb)
+    k = _constant(pb)
+    if name in ("floordiv", "mod") and k and all(c % k == 0 for _, c in pa):
+        return tuple((m, c // k) for m, c in pa) if name == "floordiv" else ()
     return None
 
 
-def _same_monomial(a, b) -> bool:
+def _difference(a, b):
+    """a - b when it is the same int for every value of the sizes (n and n - 1: 1), else None."""
     ea, eb = expr_of(a), expr_of(b)
-    return ea is not None and ea == eb
+    if ea is None or eb is None:
+        return None
+    return _constant(_plus(ea, eb, -1))
 
 
 def decide(name, a, b):
@@ -145,8 +169,11 @@ def _known_le(a, b) -> bool:
 
 def _decide(name, a, b):
     """a <op> b from the bounds of ints known only at run time; None when they do not tell."""
-    if a is b or _same_monomial(a, b):
+    if a is b:
         return name in ("eq", "le", "ge")
+    difference = _difference(a, b)
+    if difference is not None:
+        return getattr(operator, name)(difference, 0)
     if (name == "le" and _known_le(a, b)) or (name == "ge" and _known_le(b, a)):
         return True
     if (name == "gt" and _known_le(a, b)) or (name == "lt" and _known_le(b, a)):
@@ -200,9 +227,10 @@ def _apply(name, *args):
         values = [a._read() if isinstance(a, NumberProxy) else a for a in args]
         return {**_BINARY, **_UNARY}[name](*values)
     expr = _combined(name, args) if any(isinstance(a, SizeProxy) for a in args) else None
-    if expr is not None:   # arithmetic on sizes: one proxy per monomial (n * 4 twice: one)
-        if not expr[1]:
-            return expr[0]
+    if expr is not None:   # arithmetic on sizes: one proxy per polynomial (n * 4 twice: one)
+        constant = _constant(expr)
+        if constant is not None:
+            return constant
         table = trace.tags.setdefault("size_exprs", {})
         known = table.get(expr)
         if known is not None:

@@ -54,7 +54,7 @@ def format_call(node) -> str:
     if outs is None:
         return call
     target = format_value(outs) if not isinstance(outs, (tuple, list)) else ", ".join(
-        format_value(o) for o in outs) or "_"
+        "_" if o is None else format_value(o) for o in outs) or "_"
     out_proxies = [p for p in node.output_proxies if isinstance(p, (TensorProxy, NumberProxy))]
     comment = "  # " + ", ".join(f"{p.name}: {describe(p)}" for p in out_proxies) if out_proxies else ""
     executor = getattr(node, "executor", None)

@@ -173,18 +173,19 @@ class SizeProxy(NumberProxy):
     mask.numel()``, ``n == n``) is answered, any other reads the value and raises the
     tracer's DataDependentError.
 
-    `expr` is its value as a monomial ``(c, ((base, power), ...))`` of the sizes it was
-    computed from (``n * 4`` is ``(4, (("n0", 1),))``; a size of its own is its own base):
-    arithmetic that gives the same monomial gives the same proxy (``(n * 4) // 4`` is n), so
-    shapes computed two ways compare equal; and layouts are computed on stand-in values of
-    the bases (``primtrace.ir.strides``)."""
+    `expr` is its value as a polynomial with int coefficients of the sizes it was computed
+    from: a sorted tuple of (monomial, coefficient), a monomial a sorted tuple of (base,
+    power) (``4 * n - 1`` is ``(((), -1), ((("n0", 1),), 4))``; a size of its own is its own
+    base). Arithmetic that gives the same polynomial gives the same proxy (``(n * 4) // 4`` is
+    n, ``n - (n - 1)`` is 1), so shapes computed two ways compare equal; and layouts are
+    computed on stand-in values of the bases (``primtrace.ir.strides``)."""
     __slots__ = ("lower", "upper", "expr", "below")
 
     def __init__(self, name: str, what: str, lower: int = 0, upper: int | None = None,
                  sources: tuple = (), expr=None):
         super().__init__(name, int, Unknown(what), sources)
         self.lower, self.upper = lower, upper
-        self.expr = ((1, ((name, 1),)) if expr is None else expr)
+        self.expr = ((((name, 1),), 1),) if expr is None else expr
         self.below = ()   # names of the values it is known to be <= (min(k, n) <= n)
 
 
@@ -192,18 +193,38 @@ class SizeProxy(NumberProxy):
 _PRIMES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71)
 
 
+def polynomial(x) -> tuple:
+    """The polynomial of an int known only at run time (see SizeProxy.expr)."""
+    return x.expr if isinstance(x, SizeProxy) else ((((x.name, 1),), 1),)
+
+
+def bases_of(x) -> list:
+    """The names of the sizes a polynomial's value is computed from."""
+    return [base for monomial, _ in polynomial(x) for base, _ in monomial]
+
+
+def evaluate(x, value_of) -> int:
+    """The value of `x` (an int, or an int known only at run time) where each base size b
+    has the value value_of(b)."""
+    if not isinstance(x, NumberProxy):
+        return x
+    total = 0
+    for monomial, coef in polynomial(x):
+        term = coef
+        for base, power in monomial:
+            term *= value_of(base) ** power
+        total += term
+    return total
+
+
 def stand_in(x, run: int, bases: dict):
     """The value `x` (an int, or a size known only at run time) takes in stand-in run 0 or 1:
     each base size gets a distinct prime (`bases`: base name -> its index, shared by the
     values of one computation). Stand-ins are >= 2: a dim that may hold several elements."""
-    if not isinstance(x, NumberProxy):
-        return x
-    coef, factors = x.expr if isinstance(x, SizeProxy) else (1, ((x.name, 1),))
-    value = coef
-    for base, power in factors:
+    def value_of(base):
         i = bases.setdefault(base, len(bases))
-        value *= _PRIMES[(2 * i + run) % len(_PRIMES)] ** power
-    return value
+        return _PRIMES[(2 * i + run) % len(_PRIMES)]
+    return evaluate(x, value_of)
 
 
 def is_symbolic(x) -> bool:
@@ -265,9 +286,10 @@ class TensorProxy(Proxy, torch.Tensor):
         if has_symbolic(spec.strides):
             stride = next(s for s in spec.strides if isinstance(s, NumberProxy))
             if _unknown_read is not None:   # the tracer raises its DataDependentError
-                _unknown_read(Unknown(f"a stride of a tensor of shape {list(spec.shape)}, "
-                                      f"which depends on a size known only at run time "
-                                      f"({stride.name}); primtrace keeps strides concrete"))
+                _unknown_read(Unknown(f"{stride.name}, a stride of a tensor of shape "
+                                      f"{list(spec.shape)} (primtrace keeps strides "
+                                      f"concrete: a size known only at run time must be the "
+                                      f"outermost dim of the layout)"))
             raise RuntimeError(f"a stride of {name} depends on a size known only at run time")
         with _no_torch_function():  # the tracer's mode must not see this allocation
             storage = torch.empty_strided(_stand_in_shape(spec.shape) if symbolic

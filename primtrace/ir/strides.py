@@ -18,6 +18,13 @@ def _symbolic(value) -> bool:
     return isinstance(value, NumberProxy)
 
 
+def _names(value) -> str:
+    from primtrace.ir.proxy import NumberProxy
+    from primtrace.ir.tree import tree_flatten
+    return ", ".join(dict.fromkeys(x.name for x in tree_flatten(value)
+                                   if isinstance(x, NumberProxy)))
+
+
 def _substituted(value, run, bases):
     from primtrace.ir.proxy import stand_in
     if isinstance(value, (tuple, list)):
@@ -38,9 +45,9 @@ def with_stand_ins(layout, shape, *args):
     if len(results) == 1:
         return results.pop()
     from primtrace.ir import proxy
-    what = (f"the strides of a tensor of shape {list(shape)}, which depend on a size known "
-            f"only at run time (primtrace keeps strides concrete: such a size must be the "
-            f"outermost dim of the layout)")
+    what = (f"{_names((shape, args))} to lay out a tensor of shape {list(shape)} (its "
+            f"strides would depend on it; primtrace keeps strides concrete: such a size must "
+            f"be the outermost dim of the layout)")
     if proxy._unknown_read is not None:   # the tracer's DataDependentError, at the user's line
         proxy._unknown_read(proxy.Unknown(what))
     raise RuntimeError(what)

@@ -28,7 +28,7 @@ import math
 
 import torch
 
-from primtrace.ir.proxy import TensorSpec, is_symbolic
+from primtrace.ir.proxy import TensorSpec, is_symbolic, needs_value
 from primtrace.ir.strides import contiguous_strides, dense_strides, with_stand_ins
 from primtrace.ir.symbol import Symbol, SymbolKind
 from primtrace.prims.differentiation import (WRITES_THROUGH_VIEWS, NotDifferentiable, P,
@@ -66,7 +66,12 @@ def _ints(name, what, values, n=None, sizes=False) -> tuple:
 # --- reshape_view ----------------------------------------------------------------------------
 def compute_stride(oldshape, oldstride, newshape):
     """Strides of `oldshape`/`oldstride` viewed as `newshape`, or None when that view does
-    not exist (ATen's computeStride, which view and reshape share)."""
+    not exist (ATen's computeStride, which view and reshape share). Sizes known only at run
+    time are computed on stand-in values (x[mask] of (n, 4) viewed as (2n, 2))."""
+    return with_stand_ins(_compute_stride, tuple(oldshape), tuple(oldstride), tuple(newshape))
+
+
+def _compute_stride(oldshape, oldstride, newshape):
     oldshape, oldstride, newshape = tuple(oldshape), tuple(oldstride), tuple(newshape)
     if not oldshape:
         return (1,) * len(newshape)
@@ -99,7 +104,7 @@ def compute_stride(oldshape, oldstride, newshape):
 
 def _reshape_view_meta(a, shape):
     _tensor("reshape_view", a)
-    shape = _ints("reshape_view", "shape", shape)
+    shape = _ints("reshape_view", "shape", shape, sizes=True)
     if any(s < 0 for s in shape) or math.prod(shape) != a.numel():
         raise PrimContractError(f"prims.reshape_view: shape {list(shape)} does not hold "
                                 f"{a.numel()} elements")
@@ -340,13 +345,16 @@ flip = _prim("flip", _flip_meta, lambda a, dims: torch.flip(a, tuple(dims)),
 
 
 def _pad_shape(shape, config) -> tuple:
-    return tuple(low + high + n + max(n - 1, 0) * interior
+    return tuple(low + high + n + (max(n - 1, 0) * interior if interior else 0)
                  for n, (low, high, interior) in zip(shape, config))
 
 
 def _pad_meta(a, value, config):
     _tensor("pad", a)
     config = tuple(tuple(c) for c in config)
+    symbolic = next((v for c in config for v in c if is_symbolic(v)), None)
+    if symbolic is not None:
+        needs_value(symbolic, "to pad a tensor (a slice's gradient)")
     if len(config) != a.ndim or any(len(c) != 3 or any(type(v) is not int or v < 0 for v in c)
                                     for c in config):
         raise PrimContractError(f"prims.pad: config must hold one (low, high, interior) of "
@@ -356,7 +364,7 @@ def _pad_meta(a, value, config):
 
 
 def _pad_impl(a, value, config):
-    out = torch.full(_pad_shape(a.shape, config), value, dtype=a.dtype, device=a.device)
+    out = torch.full(_pad_shape(tuple(a.shape), config), value, dtype=a.dtype, device=a.device)
     out[tuple(builtins.slice(low, low + max(n - 1, 0) * (interior + 1) + 1, interior + 1)
               for n, (low, high, interior) in zip(a.shape, config))] = a
     return out
@@ -413,7 +421,8 @@ def _inverse(perm) -> tuple:
 
 def _slice_vjp(g, y, a, starts, stops, steps):
     """slice's transpose: g padded with zeros back to a's positions."""
-    if g.numel() == 0:
+    numel = g.numel()   # x[mask]'s: known at run time (pad writes nothing where it is 0)
+    if isinstance(numel, int) and numel == 0:
         return zeros_like(a), None, None, None
     config = tuple((b, n - b - (m - 1) * k - 1, k - 1)
                    for n, m, b, k in zip(a.shape, g.shape, starts, steps))

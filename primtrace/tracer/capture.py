@@ -262,7 +262,7 @@ def _unknown_read(unknown: Unknown):
     if ops:
         names = " -> ".join(dict.fromkeys(s.qualname for s in (ops[0], ops[-1])))
         raise DataDependentError(
-            f"data-dependent size: {names} needs the value of {unknown.what}, which is known "
+            f"data-dependent size: {names} needs the value of {unknown.what}; it is known "
             f"only when the trace runs\n  {describe_location(user_location())}\n"
             f"primtrace traces such sizes symbolically, but this op cannot take one here (it "
             f"compares or computes with its value); compute it outside the jitted function, or "
@@ -694,8 +694,7 @@ def _symbolic_metadata(func, target, args, kwargs, sizes, display):
             f"function does not tell its output metadata: {why}\n  {where}") from error
 
     results, memo = [], {}
-    names = sorted({base for n in sizes for base, _ in (
-        n.expr[1] if isinstance(n, _proxy.SizeProxy) else ((n.name, 1),))})
+    names = sorted({base for n in sizes for base in _proxy.bases_of(n)})
     order = {base: i for i, base in enumerate(names)}   # each base's stand-in, in every run
     for run in _RUNS:
         bases = dict(order)
@@ -706,8 +705,7 @@ def _symbolic_metadata(func, target, args, kwargs, sizes, display):
             fixed = 0 if run == "zero" else 1
 
             def value(n, fixed=fixed):
-                coef, factors = n.expr if isinstance(n, _proxy.SizeProxy) else (1, ((n.name, 1),))
-                return coef * fixed ** sum(p for _, p in factors)
+                return _proxy.evaluate(n, lambda base: fixed)
         run_memo = {}
         try:
             meta_args = _to_meta(args, run_memo, value)
@@ -734,8 +732,7 @@ def _symbolic_metadata(func, target, args, kwargs, sizes, display):
         fail(f"an output size ({a} or {b} for stand-in sizes) is no input's")
 
     def zero_one_value(n, fixed):
-        coef, factors = n.expr if isinstance(n, _proxy.SizeProxy) else (1, ((n.name, 1),))
-        return coef * fixed ** sum(p for _, p in factors)
+        return _proxy.evaluate(n, lambda base: fixed)
 
     first, second = results[0], results[1]
     flat0, flat1 = tree_flatten(_plain(first)), tree_flatten(_plain(second))
@@ -793,11 +790,19 @@ def to_prims(trace: Trace, keep_autograd_calls: bool = True) -> Trace:
     torch call the user made instead, with torch's own autograd."""
     grad_mode = trace.tags.get("grad_enabled", torch.is_grad_enabled())
     nodes, kept = [], 0
+    read: dict[str, int] = {}   # proxy name -> how many top-level nodes (and outputs) read it
+    for node in trace.nodes:
+        for name in {p.name for leaf in node.flat() for p in leaf.inputs}:
+            read[name] = read.get(name, 0) + 1
+    for p in tree_flatten(trace.outputs):
+        if isinstance(p, Proxy):
+            read[p.name] = read.get(p.name, 2) + 2
     for node in trace.nodes:
         enabled = keep_autograd_calls and (grad_mode if node.grad_enabled is None
                                            else node.grad_enabled)
         if node.call is None or not enabled or not any(
-                getattr(p, "requires_grad", False) for p in node.output_proxies):
+                getattr(p, "requires_grad", False) for p in node.output_proxies) or \
+                _defines_read_sizes(node, read):
             flat = node.flat()
             if node.call is not None:
                 for prim in flat:
@@ -813,6 +818,20 @@ def to_prims(trace: Trace, keep_autograd_calls: bool = True) -> Trace:
             f"{kept} op(s) whose results require grad run as the torch calls the code made, "
             f"for eager's autograd")]
     return prims
+
+
+def _defines_read_sizes(node: Node, read: dict) -> bool:
+    """Whether `node`'s prims make a number that is not a result of its torch call and that
+    other nodes read (x[mask]'s row count, which a later selection by the mask reads): the
+    call would not define it, so its prims run (torch's kernels, with autograd)."""
+    results = {p.name for p in node.output_proxies}
+    inside: dict[str, int] = {}
+    for leaf in node.flat():
+        for name in {p.name for p in leaf.inputs}:
+            inside[name] = 1
+    return any(isinstance(p, NumberProxy) and p.name not in results
+               and read.get(p.name, 0) > inside.get(p.name, 0)
+               for leaf in node.flat() for p in leaf.output_proxies)
 
 
 def _versions_after(node: Node, call: Node) -> list[Node]:
