@@ -72,9 +72,11 @@ def _spec(shape, dtype, device) -> TensorSpec:
     return TensorSpec(shape, dtype, device, contiguous_strides(shape))
 
 
-def _prim(name, meta, impl, doc, tags=()):
+def _prim(name, meta, impl, doc, tags=("indexing",)):
+    """A prim of this module: "indexing" (it may raise on values: kept where unused, never
+    fused) unless said otherwise."""
     return Symbol(name, kind=SymbolKind.PRIM, meta=meta, impl=impl, module="prims",
-                  tags=frozenset({"indexing", "data_dependent", *tags}), doc=doc)
+                  tags=frozenset({"data_dependent", *tags}), doc=doc)
 
 
 # --- nonzero -------------------------------------------------------------------------------
@@ -284,7 +286,21 @@ bincount = _prim(
     "weights of each; its length): torch.bincount (negative values: eager's error, at run "
     "time).")
 
-PRIMS = {s.name: s for s in (nonzero, mask_select, mask_put, unique, repeat_index, bincount)}
+def _mask_count_meta(mask):
+    if not is_tensor(mask) or mask.dtype is not torch.bool:
+        raise PrimContractError("prims.mask_count: a bool mask")
+    numel = mask.numel()
+    return new_size(f"the number of True values of {getattr(mask, 'name', 'the mask')}", 0,
+                    numel if isinstance(numel, int) else None)
+
+
+mask_count = _prim(
+    "mask_count", _mask_count_meta, lambda mask: int(torch.count_nonzero(mask)),
+    "The number of True values of a bool mask, as an int (the count of the rows x[mask] "
+    "selects, where the selection itself is not made: tracer/selections.py).", tags=())
+
+PRIMS = {s.name: s for s in (nonzero, mask_select, mask_put, unique, repeat_index, bincount,
+                             mask_count)}
 __all__ = list(PRIMS)
 
 
@@ -316,6 +332,7 @@ def _mask_put_vjp(g, y, a, mask, dim, values):
 
 DERIVATIVES = {
     "nonzero": INDEX_RESULT,
+    "mask_count": NotDifferentiable("its result is a Python int", stops=True),
     "mask_select": _mask_select_vjp,
     "mask_put": _mask_put_vjp,
     "unique": TORCH_RAISES,
