@@ -65,6 +65,8 @@ OPTIONS = {
     "recompile_limit": 8,               # warn once when this many recompiles (None: never)
     "saved": "min_cut",                 # training: save a min-cut, recompute cheap values in
                                         # the backward; "save_all": more memory, less work
+    "sink_selections": True,            # x[mask] that a sum reduces: computed on every row,
+                                        # summed where the mask is True (tracer/selections.py)
 }
 STAGES = ("acquisition", "prims", "optimized", "execution")
 
@@ -192,7 +194,8 @@ def _differentiated(acquisition: Trace, policy: str):
 
 def _finish(trace: Trace, executors, options) -> list[Trace]:
     """[optimized, execution] of a prims trace."""
-    optimized = (optimize(trace, remove_lossy_round_trips=options["remove_lossy_round_trips"])
+    optimized = (optimize(trace, remove_lossy_round_trips=options["remove_lossy_round_trips"],
+                          sink_selections=options["sink_selections"])
                  if options["optimize"] else trace.derive(trace.nodes, "optimized"))
     return [optimized, reuse_buffers(lower(optimized, executors))]
 

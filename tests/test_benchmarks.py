@@ -53,3 +53,12 @@ def test_saved_bytes_benchmark_runs():
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "| W13 " in done.stdout and "| W17 " in done.stdout and "min_cut" in done.stdout
+
+
+def test_masked_loss_benchmark_runs():
+    args = ["--no-compile", "--scale", "0.002", "--rounds", "1", "--time", "0.001",
+            "--fractions", "0.5,0.1"]
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "masked_loss.py"), *args],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "| 50% |" in done.stdout and "compiles for 2 masks of different counts: 1" in done.stdout

@@ -50,21 +50,36 @@ def new_size(what: str, lower: int = 0, upper: int | None = None):
     return size
 
 
+def _count_key(trace, t):
+    """What the number of nonzero elements of traced tensor `t` is known under: its memory
+    (the alias root of a view, the memory's number of writes so far) and its element count,
+    so a view of a mask (m.view(3, 4)) shares m's count; else its name."""
+    roots = getattr(trace, "alias_root", None)
+    numel = t.numel()
+    if roots is None or not isinstance(numel, int) or any(
+            s == 0 and n > 1 for n, s in zip(t.shape, t.stride())):
+        return t.name
+    root = roots.get(t.name, t.name)
+    return (root, trace._writes.get(root, (0, None))[0], numel)
+
+
 def known_count(t):
     """The number of nonzero (True) elements of traced tensor `t` when an earlier selection
-    by it made that a size already (``target[m]`` after ``logits[m]``: both have its rows),
-    else None. Sizes of the same count are then the same proxy, which elementwise ops and
-    losses need (their operands' shapes must agree)."""
+    by it (or by a view of the same elements) made that a size already (``target[m]`` after
+    ``logits[m]``: both have its rows), else None. Sizes of the same count are then the same
+    proxy, which elementwise ops and losses need (their operands' shapes must agree). The
+    prims check the count they find against it when they run."""
     trace = current_trace()
-    name = getattr(t, "name", None)
-    return None if trace is None or name is None else trace.tags.get("counts", {}).get(name)
+    if trace is None or getattr(t, "name", None) is None:
+        return None
+    return trace.tags.get("counts", {}).get(_count_key(trace, t))
 
 
 def note_count(t, n) -> None:
     """Remember `n` as the number of nonzero elements of traced tensor `t` (known_count)."""
     trace = current_trace()
     if trace is not None and isinstance(n, SizeProxy) and getattr(t, "name", None) is not None:
-        trace.tags.setdefault("counts", {})[t.name] = n
+        trace.tags.setdefault("counts", {})[_count_key(trace, t)] = n
 
 
 def _spec(shape, dtype, device) -> TensorSpec:

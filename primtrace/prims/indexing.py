@@ -234,19 +234,22 @@ index_fill = _prim("index_fill", _index_fill_meta, torch.index_fill,
                    "`dim` set to a number.")
 
 # --- a guard on index values ------------------------------------------------------------------
-def _check_targets_impl(target, size, ignore_index):
+def _check_targets_impl(target, size, ignore_index, mask=None):
     bad = (target < 0) | (target >= size)
     if ignore_index is not None:
         bad &= target != ignore_index
+    if mask is not None:
+        bad &= mask
     if bool(bad.any()):
         raise IndexError(f"Target {int(target[bad].flatten()[0])} is out of bounds.")
 
 
 check_targets = Symbol(
-    "check_targets", kind=SymbolKind.PRIM, meta=lambda target, size, ignore_index: None,
+    "check_targets", kind=SymbolKind.PRIM, meta=lambda target, size, ignore_index, mask=None: None,
     impl=_check_targets_impl, tags=frozenset({"guard"}), module="prims",
     doc="Raise eager's IndexError for a class index outside [0, size) (other than "
-        "ignore_index): a loss's check of its targets, which are data.")
+        "ignore_index): a loss's check of its targets, which are data; `mask` (a bool tensor "
+        "of target's shape): only where it is True (the rows a selection keeps).")
 
 def _check_indices_impl(index, size, dim):
     bad = (index < -size) | (index >= size)

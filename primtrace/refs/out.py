@@ -36,7 +36,13 @@ def check_can_cast(result_dtype, out_dtype):
 
 
 def _non_overlapping_and_dense(t) -> bool:
-    dims = sorted((s, n) for n, s in zip(t.shape, t.stride()) if n != 1)
+    """(A size known only at run time, x[mask]'s rows, counts as a size > 1.)"""
+    from primtrace.ir.strides import with_stand_ins
+    return with_stand_ins(_dense_layout, tuple(t.shape), tuple(t.stride()))
+
+
+def _dense_layout(shape, strides) -> bool:
+    dims = sorted((s, n) for n, s in zip(shape, strides) if n != 1)
     expected = 1
     for stride, size in dims:
         if stride != expected:
@@ -57,10 +63,12 @@ def check_overlap(out, inputs):
     An expanded output (a stride 0) is refused on proxies too: their strides are the
     tensors' own (part of the cache key). Overlap with an input needs addresses, which
     proxies do not have."""
-    if out.numel() == 0:
+    numel = out.numel()
+    if isinstance(numel, int) and numel == 0:
         return
     if not _non_overlapping_and_dense(out):
-        if any(s == 0 and n > 1 for n, s in zip(out.shape, out.stride())):
+        if any(s == 0 and (not isinstance(n, int) or n > 1)
+               for n, s in zip(out.shape, out.stride())):
             raise RuntimeError(INTERNAL_OVERLAP_MESSAGE)
         return
     if not is_real_tensor(out):

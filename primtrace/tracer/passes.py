@@ -242,15 +242,16 @@ def remove_round_trips(trace: Trace, *, lossy: bool = False) -> Trace:
     return rw.result(kept)
 
 
-def optimize(trace: Trace, *, remove_lossy_round_trips: bool = False) -> Trace:
+def optimize(trace: Trace, *, remove_lossy_round_trips: bool = False,
+             sink_selections: bool = True) -> Trace:
     """The default pipeline: conversions first (they expose dead code and twins), then CSE,
     selections sunk into the sums that reduce them (tracer/selections.py), DCE."""
     trace = remove_noop_converts(trace)
     trace = remove_round_trips(trace, lossy=remove_lossy_round_trips)
     trace = cse(trace)
-    if any(n.symbol.name == "mask_select" for n in trace.nodes):
-        from primtrace.tracer.selections import sink_selections
-        sunk = sink_selections(trace)   # x[mask].sum(): where(mask, x, 0).sum(), fused
+    if sink_selections and any(n.symbol.name == "mask_select" for n in trace.nodes):
+        from primtrace.tracer import selections
+        sunk = selections.sink_selections(trace)   # x[mask].sum(): where(mask, x, 0).sum()
         if sunk is not trace:
             trace = cse(sunk)
     trace = dce(trace)

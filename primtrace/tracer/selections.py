@@ -16,7 +16,7 @@ row alone, computing them on every row instead ("lifted"):
   conversions; broadcasts of lifted values, or of tensors without the selected dim;
 - reductions, squeeze, unsqueeze, slices over other dims; gather along another dim (the
   index of a row the mask drops is replaced by 0, a valid one);
-- the guard of a loss's targets (check_targets; a dropped row's target by the ignored one).
+- the guard of a loss's targets (check_targets, only where the mask keeps a row).
 
 A sum over the selected dim is where it ends: its lifted form sums ``where(mask, x, 0)``
 (sum order changes: float rounding may differ from eager's, within the conformance tests'
@@ -153,8 +153,8 @@ def _classify(group: _Group, node: Node) -> str | None:
             return None
         return "gather"
     if name == "check_targets":
-        target, size, ignore_index = node.args
-        if _position(group, target) is None or (ignore_index is None and size < 1):
+        target = node.args[0]
+        if _position(group, target) is None or len(node.args) > 3:
             return None
         return "targets"
     return None
@@ -198,12 +198,26 @@ def _plan(trace: Trace, group: _Group, returned: set) -> bool:
     return group.sinks > 0
 
 
+def _written_roots(trace: Trace) -> set:
+    """The memory (alias roots) the trace writes in place: a lifted prim runs where the
+    value it replaces did, after the selection, so it must not read memory written between."""
+    from primtrace.tracer.passes import mutated_proxy
+    roots = trace.tags.get("alias_roots", {})
+    return {roots.get(p.name, p.name) for n in trace.nodes
+            if (p := mutated_proxy(n)) is not None}
+
+
 def sink_selections(trace: Trace) -> Trace:
     """`trace` with each group of selections whose every use lifts replaced by the lifted
     computation (see the module docstring); unchanged where none does."""
     from primtrace.tracer.passes import _returned_storage
     returned = _returned_storage(trace)
+    written = _written_roots(trace)
+    roots = trace.tags.get("alias_roots", {})
     for group in _groups(trace):
+        read = [group.mask, *(s.args[0] for s in group.sources)]
+        if any(roots.get(t.name, t.name) in written for t in read):
+            continue   # the mask or a selected tensor is written in place somewhere
         if not _plan(trace, group, returned):
             continue
         trace = _rewrite(trace, group)
@@ -309,13 +323,11 @@ def _lift(prims, group, node, how, arg, shape_of, mask_for):
         lifted_index = arg(index)
         safe = prims.where(mask_for(lifted_index.shape, p), lifted_index, 0)
         return prims.gather(arg(a), group.full_dim(dim, p), safe)
-    if how == "targets":
-        target, size, ignore_index = args
+    if how == "targets":   # checked where the mask keeps a row (from the inputs themselves:
+        target, size, ignore_index = args[:3]   # the guard runs before the loss's gather)
         p = _position(group, target)
         lifted = arg(target)
-        dropped = ignore_index if ignore_index is not None else 0
-        safe = prims.where(mask_for(lifted.shape, p), lifted, dropped)
-        return prims.check_targets(safe, size, ignore_index)
+        return prims.check_targets(lifted, size, ignore_index, mask_for(lifted.shape, p))
     raise _Refused(sym.name)
 
 
