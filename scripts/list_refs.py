@@ -96,6 +96,8 @@ EXAMPLES = {
     "renorm_": [T((2, 3)), 2, 0, 1.0], "bucketize": [T((2, 3)), T((4,))], "glu": [T((2, 4))],
     "nll_loss": [T((2, 3)), T((2,), torch.int64)],
     "index_select": [T((2, 3)), 0, T((2,), torch.int64)],
+    "bincount": [T((4,), torch.int64)],
+    "repeat_interleave": [T((2, 3)), T((2,), torch.int64), 0],
     "gather": [T((2, 3)), 1, T((2, 2), torch.int64)],
     "take_along_dim": [T((2, 3)), T((2, 1), torch.int64), 1],
     **dict.fromkeys(("scatter", "scatter_", "scatter_add", "scatter_add_"),

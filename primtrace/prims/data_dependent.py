@@ -37,13 +37,13 @@ INDEX_DTYPES = (torch.int32, torch.int64)
 
 def new_size(what: str, lower: int = 0, upper: int | None = None):
     """A size known only when the trace runs, within [lower, upper]: a new SizeProxy while
-    tracing; the int itself when the bounds fix it (an empty mask selects 0 elements); None
-    in a meta function run as an eager contract check (its result is not used)."""
+    tracing; the int itself when the bounds fix it (an empty mask selects 0 elements); in a
+    meta function run as an eager contract check, `lower` (its result is not used)."""
     if upper is not None and upper == lower:
         return lower
     trace = current_trace()
     if trace is None:
-        return None
+        return lower
     name = trace.fresh_name("n")
     size = SizeProxy(name, f"{name} ({what})", lower, upper)
     trace.tags.setdefault("size_exprs", {})[size.expr] = size   # (n * 4) // 4 is n again

@@ -51,9 +51,9 @@ def _meta(name, allowed, *, nonempty=False, result="same"):
             for d in dims:
                 if a.shape[d] == 0:
                     raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
-        numel = a.numel()   # an int known only at run time (x[mask]'s): its dtype is checked
-        if not nonempty or not isinstance(numel, int) or numel:
-            _check_category(name, a, allowed)   # eager's amax checks no dtype on nothing
+        numel = a.numel() if nonempty else 1   # x[mask]'s: an int known at run time, whose
+        if not isinstance(numel, int) or numel:   # dtype is checked (eager's amax checks no
+            _check_category(name, a, allowed)     # dtype on nothing)
         dtype = dtypes.to_real(a.dtype) if result == "real" else a.dtype
         return TensorSpec(shape, dtype, a.device, contiguous_strides(shape))
     return meta

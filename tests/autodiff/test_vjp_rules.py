@@ -303,6 +303,13 @@ def _linalg_and_indexing():
     yield "index_put_", (x, (_index(1, 1, 3),), rand(3, 5), True), {}   # repeats accumulate
     yield "copy_to", (x, rand(4, 5)), {}
     yield "copy_to", (x, rand()), {}
+    rows, cells = torch.tensor([True, False, True, True]), rand(4, 5) > 0.5
+    yield "mask_select", (x, rows, 0, None), {}       # x[mask]: its count is data
+    yield "mask_select", (x, cells, 0, None), {}
+    yield "mask_select", (x, torch.tensor([True, False, False, True, True]), 1, None), {}
+    yield "mask_put", (x, rows, 0, rand(3, 5)), {}    # x[mask] = v: a row per selected row
+    yield "mask_put", (x, rows, 0, rand(5)), {}       # one row, broadcast
+    yield "mask_put", (x, cells, 0, rand(int(cells.sum()))), {}
 
 
 def _library():
