@@ -38,14 +38,12 @@ def _to_proxies(trace, out, requires_grad: bool = False):
     return out
 
 
-#: the symbols being recorded, outermost first (what an error raised inside names)
-_recording: list = []
-
-
 def recording() -> tuple:
-    """The symbols whose nodes are being recorded now, outermost (the torch-level ref)
-    first, innermost (a prim's meta function) last."""
-    return tuple(_recording)
+    """The symbols whose nodes the current trace is recording now, outermost (the
+    torch-level ref) first, innermost (a prim's meta function) last: what an error raised
+    inside names."""
+    trace = current_trace()
+    return tuple(getattr(trace, "_recording", ()))
 
 
 def _requires_grad(sym, args, kwargs) -> bool:
@@ -111,7 +109,8 @@ class Symbol:
     def _record(self, trace, args, kwargs):
         args, kwargs = trace.resolve_args(args, kwargs)  # x.add_(y) then x: the new version
         node = Node(self, args, kwargs, None, source=trace.source_line)
-        _recording.append(self)
+        stack = trace.__dict__.setdefault("_recording", [])
+        stack.append(self)
         try:
             if self.kind is SymbolKind.REF:
                 with trace.scope(node):
@@ -120,7 +119,7 @@ class Symbol:
                 node.outputs = _to_proxies(trace, self.meta(*args, **kwargs),
                                            _requires_grad(self, args, kwargs))
         finally:
-            _recording.pop()
+            stack.pop()
         trace.record(node)
         return node.outputs
 
