@@ -276,9 +276,11 @@ def _views():
 
 def _linalg_and_indexing():
     for a, b in (((3, 4), (4, 5)), ((4,), (4,)), ((2, 3, 4), (4,)), ((4,), (2, 4, 5)),
-                 ((2, 1, 3, 4), (5, 4, 2)), ((3, 4), (2, 4, 5))):
+                 ((2, 1, 3, 4), (5, 4, 2)), ((3, 4), (2, 4, 5)), ((2, 3, 4), (4, 5))):
         yield "matmul", (rand(*a), rand(*b)), {}
     yield "matmul", (rand(3, 4, dtype=C128), rand(4, 2, dtype=C128)), {}
+    yield "matmul", (rand(2, 3, 4, dtype=C128), rand(4, 2, dtype=C128)), {}
+    yield "matmul", (rand(4, 2, 3).transpose(0, 1), rand(3, 5)), {}   # rows not viewable
     x = rand(4, 5)
     yield "index_select", (x, 1, _index(0, 3, 3, 1)), {}
     yield "index_select", (x, 0, _index(0, 2, 2, 1, 3, 0).view(2, 3)), {}   # an embedding
