@@ -58,6 +58,13 @@ def _minimum(a, b):
     return torch.minimum(a, b)
 
 
+def _differentiate_as(value, carrier):
+    """`value`, as a new tensor laid out as the elementwise result of both operands (the
+    meta's strides); `carrier` only matters to the backward (see differentiate_as)."""
+    like = value if isinstance(value, torch.Tensor) else carrier
+    return torch.where(torch.ones((), dtype=torch.bool, device=like.device), value, carrier)
+
+
 # --- derivatives the tables name (the chain rule's factor, or a whole VJP rule) ---------------
 def _at_zero(a, value, elsewhere):
     """`value` where a == 0, `elsewhere` elsewhere (a removable singularity: i1'(0) = 1/2)."""
@@ -127,6 +134,11 @@ def _extremum_vjp(wins):
         return (P.where(tie, half, P.where(getattr(P, wins)(a, b), g, 0)),
                 P.where(tie, half, P.where(getattr(P, wins)(b, a), g, 0)))
     return rule
+
+
+def _differentiate_as_vjp(g, y, value, carrier):
+    """The value's gradient is the carrier's: g goes to `carrier`, none to `value`."""
+    return None, g
 
 
 def _fextremum_vjp(keeps):
@@ -247,6 +259,9 @@ BINARY = [
     ("minimum", _minimum, REAL, "same", VJP(_extremum_vjp("lt"))),
     ("fmax", torch.fmax, REAL, "same", VJP(_fextremum_vjp("ge"))),
     ("fmin", torch.fmin, REAL, "same", VJP(_fextremum_vjp("le"))),
+    # `value`, differentiated as `carrier`: how a ref states eager's derivative where its
+    # prims' would differ (relu at 0, clamp at a bound); optimize() drops it (see below)
+    ("differentiate_as", _differentiate_as, ANY, "same", VJP(_differentiate_as_vjp)),
     ("bitwise_and", torch.bitwise_and, INTEGRAL, "same", INTEGER_ONLY),
     ("bitwise_or", torch.bitwise_or, INTEGRAL, "same", INTEGER_ONLY),
     ("bitwise_xor", torch.bitwise_xor, INTEGRAL, "same", INTEGER_ONLY),

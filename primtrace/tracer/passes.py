@@ -2,10 +2,10 @@
 
 Each pass takes a trace and returns a new one (the input is not modified). Passes never
 change numerics unless asked: dead-code elimination, common subexpression elimination,
-removal of conversions to the same dtype, and of round trips through a dtype that holds
-every value exactly (f16 -> f32 -> f16). A round trip that rounds (f32 -> f16 -> f32) is
-part of eager's numerics and stays unless ``lossy=True`` (``jit(...,
-remove_lossy_round_trips=True)``).
+removal of the gradient carriers only a backward reads, of conversions to the same dtype,
+and of round trips through a dtype that holds every value exactly (f16 -> f32 -> f16).
+A round trip that rounds (f32 -> f16 -> f32) is part of eager's numerics and stays unless
+``lossy=True`` (``jit(..., remove_lossy_round_trips=True)``).
 
 Two rules keep rewrites safe around mutation and aliasing: a proxy that an in-place node
 writes (``prims.copy_to``) is never replaced nor used as a replacement, and a returned value
@@ -242,8 +242,29 @@ def remove_round_trips(trace: Trace, *, lossy: bool = False) -> Trace:
     return rw.result(kept)
 
 
+def drop_gradient_carriers(trace: Trace) -> Trace:
+    """Replace each ``prims.differentiate_as(value, carrier)`` by its value: the carrier says
+    how the value differentiates (a ref's tie convention, docs/autodiff.md), which only a
+    backward reads, so a forward computes what it did without it and DCE drops the carrier.
+    A trace to differentiate (``primtrace.autodiff.backward_trace``) is taken before this
+    pass: after it, the refs' gradients would follow their prims' rules again."""
+    rw = _Rewriter(trace)
+    kept = []
+    for node in trace.nodes:
+        node = rw.node(node)
+        if node.symbol.kind is SymbolKind.PRIM and node.symbol.name == "differentiate_as":
+            value = node.args[0]
+            if isinstance(value, TensorProxy) and rw.may_replace(node.outputs, value):
+                rw.substitute(node.outputs, value)
+                continue
+        kept.append(node)
+    return rw.result(kept)
+
+
 def optimize(trace: Trace, *, remove_lossy_round_trips: bool = False) -> Trace:
-    """The default pipeline: conversions first (they expose dead code and twins), then CSE, DCE."""
+    """The default pipeline: gradient carriers and conversions first (they expose dead code
+    and twins), then CSE, DCE."""
+    trace = drop_gradient_carriers(trace)
     trace = remove_noop_converts(trace)
     trace = remove_round_trips(trace, lossy=remove_lossy_round_trips)
     trace = cse(trace)
@@ -252,5 +273,5 @@ def optimize(trace: Trace, *, remove_lossy_round_trips: bool = False) -> Trace:
     return trace
 
 
-__all__ = ["dce", "cse", "remove_noop_converts", "remove_round_trips", "optimize",
+__all__ = ["dce", "cse", "drop_gradient_carriers", "remove_noop_converts", "remove_round_trips", "optimize",
            "holds_exactly", "is_pure", "may_raise", "mutated_proxy"]

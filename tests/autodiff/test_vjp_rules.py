@@ -149,7 +149,12 @@ def test_unary_complex(name):
     check_vjp(name, rand(3, 4, low=low, high=high, dtype=C128))
 
 
-@pytest.mark.parametrize("name", _rules_of(prims.BINARY) + ["libm_pow"])
+#: prims whose rule is not their torch implementation's derivative, by design: tested apart
+NOT_THEIR_IMPL = {"differentiate_as"}
+
+
+@pytest.mark.parametrize("name", [n for n in _rules_of(prims.BINARY) if n not in NOT_THEIR_IMPL]
+                         + ["libm_pow"])
 def test_binary(name):
     (a_low, a_high), (b_low, b_high) = BINARY_DOMAIN.get(name, ((-2, 2), (-2, 2)))
 
@@ -202,6 +207,19 @@ def test_maximum_and_minimum_split_ties_as_torch():
     leaves = a.clone().requires_grad_(), b.clone().requires_grad_()
     expected = torch.autograd.grad(torch.maximum(*leaves).sum(), leaves)
     torch.testing.assert_close((grad_a, grad_b), expected)
+
+
+def test_differentiate_as_is_its_value_with_the_carriers_gradient():
+    """The value passes (a new tensor, laid out as an elementwise result of both operands);
+    the whole cotangent goes to the carrier, none to the value; a number carrier stops it."""
+    value, carrier = rand(3, 4), rand(4, 3).T
+    y = prims.differentiate_as(value, carrier)
+    assert torch.equal(y, value) and y.data_ptr() != value.data_ptr()
+    assert y.stride() == (value + carrier).stride()   # an elementwise result's layout
+    g = rand(3, 4)
+    grad_value, grad_carrier = vjp(prims.differentiate_as, g, y, (value, carrier), {})
+    assert grad_value is None and torch.equal(grad_carrier, g)
+    assert vjp(prims.differentiate_as, g, y, (value, 0.0), {}) == (None, None)
 
 
 # --- the other prims: (name, args, kwargs) ------------------------------------------------------

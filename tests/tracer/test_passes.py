@@ -1,4 +1,5 @@
-"""The trace passes: DCE, CSE, no-op conversions, round trips (value-preserving vs lossy)."""
+"""The trace passes: DCE, CSE, gradient carriers, no-op conversions, round trips (value-preserving
+vs lossy)."""
 import pytest
 import torch
 
@@ -69,6 +70,25 @@ def test_cse_does_not_merge_reads_around_a_write():
     expected = f(a.clone())
     got = primtrace.jit(f)(a)
     torch.testing.assert_close(got, expected)
+
+
+def test_gradient_carriers_go_and_their_nodes_with_dce():
+    """differentiate_as(value, carrier) becomes its value; what only the carrier read dies."""
+    def body(a):
+        value = prims.maximum(a, prims.full((), 0.0, dtype=a.dtype, device=a.device))
+        carrier = prims.where(prims.gt(a, 0), a, 0)
+        return prims.mul(prims.differentiate_as(value, carrier), 2)
+    t = build([("a", torch.float32)], body)
+    dropped = passes.drop_gradient_carriers(t)
+    assert names(dropped) == ["maximum", "gt", "where", "mul"]
+    assert dropped.nodes[-1].args[0] is t.nodes[0].outputs
+    assert names(passes.optimize(t)) == ["maximum", "mul"]
+
+
+def test_a_gradient_carrier_whose_value_is_an_input_stays():
+    """Returned, it would hand the caller its own tensor back: the prim stays (a copy)."""
+    t = build([("a", torch.float32)], lambda a: prims.differentiate_as(a, prims.neg(a)))
+    assert names(passes.optimize(t)) == ["neg", "differentiate_as"]
 
 
 def test_noop_conversions_go():
