@@ -125,14 +125,15 @@ def _pow_vjp(g, y, a, b):
     return grad_a, grad_b
 
 
-def _extremum_vjp(wins):
-    """maximum/minimum as torch.maximum differentiates: a tie splits g in halves."""
+def _extremum_vjp(loses):
+    """maximum/minimum as torch.maximum differentiates: a tie splits g in halves, the losing
+    operand gets none, and a NaN on either side gives both the whole g (neither loses)."""
     def rule(g, y, a, b):
         a, b = _t(a, g), _t(b, g)
         tie = P.eq(a, b)
         half = P.mul(g, 0.5)
-        return (P.where(tie, half, P.where(getattr(P, wins)(a, b), g, 0)),
-                P.where(tie, half, P.where(getattr(P, wins)(b, a), g, 0)))
+        return (P.where(tie, half, P.where(getattr(P, loses)(a, b), 0, g)),
+                P.where(tie, half, P.where(getattr(P, loses)(b, a), 0, g)))
     return rule
 
 
@@ -255,8 +256,8 @@ BINARY = [
      (lambda a, b, y: _at_zero(a, 0, P.div(y, a)), None)),
     ("nextafter", torch.nextafter, FLOATING, "same", (lambda a, b, y: 1, None)),
     ("heaviside", torch.heaviside, REAL, "same", TORCH_RAISES),
-    ("maximum", _maximum, REAL, "same", VJP(_extremum_vjp("gt"))),
-    ("minimum", _minimum, REAL, "same", VJP(_extremum_vjp("lt"))),
+    ("maximum", _maximum, REAL, "same", VJP(_extremum_vjp("lt"))),
+    ("minimum", _minimum, REAL, "same", VJP(_extremum_vjp("gt"))),
     ("fmax", torch.fmax, REAL, "same", VJP(_fextremum_vjp("ge"))),
     ("fmin", torch.fmin, REAL, "same", VJP(_fextremum_vjp("le"))),
     # `value`, differentiated as `carrier`: how a ref states eager's derivative where its

@@ -199,14 +199,17 @@ def test_scatter_reductions_share_ties_as_torch(reduce, include_self):
     torch.testing.assert_close((grad_a, grad_src), expected)
 
 
-def test_maximum_and_minimum_split_ties_as_torch():
-    a = torch.tensor([1.0, 2.0, 3.0], dtype=F64)
-    b = torch.tensor([1.0, 1.0, 4.0], dtype=F64)
-    g = torch.ones(3, dtype=F64)
-    grad_a, grad_b = vjp(prims.maximum, g, prims.maximum(a, b), (a, b), {})
+@pytest.mark.parametrize("name", ["maximum", "minimum"])
+def test_maximum_and_minimum_split_ties_as_torch(name):
+    """A tie splits g in halves; a NaN on either side gives both operands the whole g."""
+    a = torch.tensor([1.0, 2.0, 3.0, math.nan, 1.0, math.nan, -0.0], dtype=F64)
+    b = torch.tensor([1.0, 1.0, 4.0, 1.0, math.nan, math.nan, 0.0], dtype=F64)
+    g = rand(7)
+    prim = getattr(prims, name)
+    grads = vjp(prim, g, prim(a, b), (a, b), {})
     leaves = a.clone().requires_grad_(), b.clone().requires_grad_()
-    expected = torch.autograd.grad(torch.maximum(*leaves).sum(), leaves)
-    torch.testing.assert_close((grad_a, grad_b), expected)
+    expected = torch.autograd.grad(getattr(torch, name)(*leaves), leaves, g)
+    assert all(torch.equal(got, want) for got, want in zip(grads, expected))
 
 
 def test_differentiate_as_is_its_value_with_the_carriers_gradient():
