@@ -19,7 +19,7 @@ import torch
 from primtrace import dtypes, prims
 from primtrace.refs.checks import dispatch, exact_out
 from primtrace.refs.core import (COMPUTATION, INPUT, RAW, elementwise, exports, is_tensor,
-                                 maybe_convert, ref, to_tensor)
+                                 maybe_convert, ref, to_tensor, with_gradient)
 from primtrace.refs.promotion import DEFAULT, INT_TO_FLOAT, elementwise_dtypes
 from primtrace.refs.scalars import concrete, scalar_to, type_name
 
@@ -59,13 +59,25 @@ def method_of_input(method):
 @activation(DEFAULT, checks=[clamp_dtypes("Boolean inputs not supported for relu")],
             writes="input", inplace=True)
 def relu(input):
-    """max(x, 0), NaN kept (eager's clamp_min)."""
-    return prims.maximum(input, constant(0, input))
+    """max(x, 0), NaN kept (eager's clamp_min); differentiated as eager's threshold_backward:
+    no gradient where x <= 0 (at 0 too), the whole gradient elsewhere (NaN included)."""
+    x = input
+    return with_gradient(prims.maximum(x, constant(0, x)), lambda: [(_not(prims.le(x, 0)), x)])
+
+
+def _not(mask):
+    return prims.bitwise_not(mask)
 
 
 def _clamp(x, low, high):
     """min(max(x, low), high): NaN stays NaN; low > high gives high, as eager's clamp."""
     return prims.minimum(prims.maximum(x, constant(low, x)), constant(high, x))
+
+
+def _between(x, low, high):
+    """low < x < high, or x NaN: where hardtanh (and relu6) pass their gradient, as eager's
+    hardtanh_backward (none where x <= low or x >= high)."""
+    return _not(prims.bitwise_or(prims.le(x, constant(low, x)), prims.ge(x, constant(high, x))))
 
 
 def _hardtanh_limit(value, dtype):
@@ -89,15 +101,18 @@ def _min_not_above_max(input, min_val, max_val):
             checks=[clamp_dtypes("Bool inputs not supported for hardtanh")], writes="input",
             inplace=True)
 def hardtanh(input, min_val=-1.0, max_val=1.0):
-    """clamp(x, min_val, max_val), the limits in the input's dtype."""
-    return _clamp(input, min_val, max_val)
+    """clamp(x, min_val, max_val), the limits in the input's dtype; the gradient passes
+    strictly between them (and at NaN), as eager's hardtanh_backward."""
+    x = input
+    return with_gradient(_clamp(x, min_val, max_val),
+                         lambda: [(_between(x, min_val, max_val), x)])
 
 
 @activation(DEFAULT, checks=[clamp_dtypes("Bool inputs not supported for hardtanh")],
             writes="input")
 def relu6(input):
     """hardtanh(x, 0, 6)."""
-    return _clamp(input, 0, 6)
+    return with_gradient(_clamp(input, 0, 6), lambda: [(_between(input, 0, 6), input)])
 
 
 # --- piecewise linear: leaky_relu, rrelu, threshold ------------------------------------------
