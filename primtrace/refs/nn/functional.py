@@ -161,10 +161,14 @@ SELU_SCALE = 1.0507009873554804934193349852946
 
 
 def _elu(x, negcoef, poscoef=1.0, negiptcoef=1.0):
-    """eager's elu kernel: x <= 0 ? expm1(x * negiptcoef) * negcoef : x * poscoef."""
-    inner = x if negiptcoef == 1.0 else prims.mul(x, negiptcoef)
+    """eager's elu kernel: x <= 0 ? expm1(x * negiptcoef) * negcoef : x * poscoef. The
+    exponential reads x only where it is taken (0 elsewhere): at inf or NaN its zero
+    cotangent would make a NaN gradient (0 * exp(inf)) where eager's is g * poscoef."""
+    negative = prims.le(x, 0)
+    xn = prims.where(negative, x, 0)
+    inner = xn if negiptcoef == 1.0 else prims.mul(xn, negiptcoef)
     positive = x if poscoef == 1.0 else prims.mul(x, poscoef)
-    return prims.where(prims.le(x, 0), prims.mul(prims.expm1(inner), negcoef), positive)
+    return prims.where(negative, prims.mul(prims.expm1(inner), negcoef), positive)
 
 
 @activation(DEFAULT, numbers={"alpha": COMPUTATION}, checks=[dispatch("elu_cpu", FLOATS)],
@@ -239,8 +243,10 @@ def mish(input):
 def softplus(input, beta=1, threshold=20):
     """log(1 + exp(beta * x)) / beta, reverting to x where beta * x > threshold."""
     scaled = prims.mul(input, beta)
-    smooth = prims.div(prims.log1p(prims.exp(scaled)), beta)
-    return prims.where(prims.gt(scaled, threshold), input, smooth)
+    linear = prims.gt(scaled, threshold)
+    # the exponential reads 0 where the result is x: exp(inf)'s zero cotangent would be NaN
+    smooth = prims.div(prims.log1p(prims.exp(prims.where(linear, 0, scaled))), beta)
+    return prims.where(linear, input, smooth)
 
 
 @activation(DEFAULT, name="log_sigmoid", checks=[  # F.logsigmoid is the C++ log_sigmoid
@@ -253,16 +259,37 @@ def logsigmoid(input):
 
 
 # --- hard: hardsigmoid, hardswish --------------------------------------------------------------
+#: eager's hardsigmoid_backward multiplies by 1.0f / 6.0f, a float32 constant in every dtype
+ONE_SIXTH_F32 = float(torch.tensor(1 / 6, dtype=torch.float32))
+
+
+def _hard_middle(x):
+    """-3 < x < 3, where hardsigmoid and hardswish are not flat (eager's backward kernels
+    compare x, not x + 3: they differ where x + 3 rounds to 6)."""
+    return prims.bitwise_and(prims.gt(x, -3), prims.lt(x, 3))
+
+
 @activation(DEFAULT, checks=[dispatch("hardsigmoid_cpu", FLOATS)], writes="input")
 def hardsigmoid(input):
-    """min(max(x + 3, 0), 6) / 6."""
-    return prims.div(_clamp(prims.add(input, 3), 0, 6), 6)
+    """min(max(x + 3, 0), 6) / 6; differentiated as eager: g * (1.0f / 6) where -3 < x < 3,
+    0 elsewhere (NaN included)."""
+    x = input
+    return with_gradient(prims.div(_clamp(prims.add(x, 3), 0, 6), 6),
+                         lambda: [(_hard_middle(x), prims.mul(x, ONE_SIXTH_F32))])
 
 
 @activation(DEFAULT, checks=[dispatch("hardswish_cpu", FLOATS)], writes="input")
 def hardswish(input):
-    """x * min(max(x + 3, 0), 6) / 6."""
-    return prims.div(prims.mul(input, _clamp(prims.add(input, 3), 0, 6)), 6)
+    """x * min(max(x + 3, 0), 6) / 6; differentiated as eager: 0 where x <= -3,
+    g * (x / 3 + 0.5) where x < 3, g elsewhere (NaN included)."""
+    x = input
+
+    def pieces():
+        middle = _hard_middle(x)
+        xm = prims.where(middle, x, 0)   # finite where the slope's zero cotangent arrives
+        slope = with_gradient(prims.add(prims.div(xm, 3), 0.5))   # a factor: not differentiated
+        return [(middle, prims.mul(xm, slope)), (_not(prims.lt(x, 3)), x)]
+    return with_gradient(prims.div(prims.mul(x, _clamp(prims.add(x, 3), 0, 6)), 6), pieces)
 
 
 # --- shrinkage: softshrink, hardshrink, tanhshrink -------------------------------------------
@@ -281,7 +308,9 @@ def softshrink(input, lambd=0.5):
     """x - lambd above lambd, x + lambd below -lambd, else 0 (x * 0: NaN stays NaN)."""
     x = input
     inner = prims.where(prims.lt(x, -lambd), prims.add(x, lambd), prims.mul(x, 0))
-    return prims.where(prims.gt(x, lambd), prims.sub(x, lambd), inner)
+    # eager's softshrink_backward: 0 where -lambd <= x <= lambd, g elsewhere (NaN included)
+    return with_gradient(prims.where(prims.gt(x, lambd), prims.sub(x, lambd), inner), lambda: [
+        (_not(prims.bitwise_and(prims.ge(x, -lambd), prims.le(x, lambd))), x)])
 
 
 @activation(DEFAULT, numbers={"lambd": INPUT},
