@@ -58,10 +58,8 @@ def p_norm(x, dims, p, result):
     `result`."""
     a = prims.abs(x) if (x.dtype.is_complex or not dtypes.is_integer(x.dtype)) else x
     a = maybe_convert(a, dtypes.opmath(dtypes.to_real(x.dtype)))
-    if p == math.inf:
-        y = prims.amax(a, dims)
-    elif p == -math.inf:
-        y = prims.amin(a, dims)
+    if p in (math.inf, -math.inf):
+        y = _extreme_norm(prims.amax(a, dims) if p > 0 else prims.amin(a, dims), a, dims)
     elif p == 0:
         y = prims.sum(maybe_convert(prims.ne(a, 0), a.dtype), dims)
     elif p == 1:
@@ -71,6 +69,20 @@ def p_norm(x, dims, p, result):
     else:
         y = prims.pow(prims.sum(prims.pow(a, p), dims), 1.0 / p)
     return maybe_convert(y, result)
+
+
+def _extreme_norm(y, a, dims):
+    """The inf (-inf) norm y = amax (amin) of a = |x|, differentiated as eager's
+    linalg_vector_norm_backward: g shared evenly among the elements of `a` equal to y and
+    its NaNs, times sgn(x) (0 at NaN: a slice holding a NaN gets no gradient, where amax's
+    rule would give it NaN)."""
+    if not a.dtype.is_floating_point:
+        return y
+    kept = tuple(d for d in range(a.ndim) if d not in dims)
+    hits = prims.bitwise_or(prims.eq(a, prims.broadcast_in_dim(y, tuple(a.shape), kept)),
+                            prims.isnan(a))
+    count = prims.sum(prims.convert_element_type(hits, a.dtype), dims)
+    return prims.differentiate_as(y, prims.div(prims.sum(prims.where(hits, a, 0), dims), count))
 
 
 def vector_norm_of(name, x, ord, dim, keepdim, dtype):
