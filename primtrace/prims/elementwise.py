@@ -76,11 +76,15 @@ def _t(x, like):
     return as_tensor_like(x, like)
 
 
-def _squares(a, b):
-    """a^2 + b^2 for tensor or number operands (atan2's derivative)."""
+def _atan2_vjp(g, y, a, b):
+    """torch's atan2 derivative: g * b * r and g * -a * r, r = 1 / (a^2 + b^2) but 0 where
+    a^2 + b^2 is 0 (at the origin, or where the squares underflow): zeros there, not NaN."""
     like = a if is_tensor(a) else b
-    a, b = _t(a, like), _t(b, like)
-    return P.add(P.mul(a, a), P.mul(b, b))
+    a_, b_ = _t(a, like), _t(b, like)
+    squares = P.add(P.mul(a_, a_), P.mul(b_, b_))
+    r = P.where(P.eq(squares, 0), 0, P.reciprocal(squares))
+    return (P.mul(P.mul(g, b_), r) if is_tensor(a) else None,
+            P.mul(P.mul(g, P.neg(a_)), r) if is_tensor(b) else None)
 
 
 def _igamma_dx(a, x, y):
@@ -248,8 +252,7 @@ BINARY = [
     ("fmod", torch.fmod, REAL_NUMERIC, "same",
      (lambda a, b, y: 1, lambda a, b, y: P.neg(P.trunc(P.div(a, b))))),
     ("pow", torch.pow, NUMERIC, "same", VJP(_pow_vjp)),
-    ("atan2", torch.atan2, FLOATING, "same",
-     (lambda a, b, y: P.div(b, _squares(a, b)), lambda a, b, y: P.div(P.neg(a), _squares(a, b)))),
+    ("atan2", torch.atan2, FLOATING, "same", VJP(_atan2_vjp)),
     ("hypot", torch.hypot, FLOATING, "same",
      (lambda a, b, y: P.div(a, y), lambda a, b, y: P.div(b, y))),
     ("copysign", torch.copysign, FLOATING, "same",
