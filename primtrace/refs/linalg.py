@@ -16,7 +16,7 @@ import torch
 
 from primtrace import dtypes, prims
 from primtrace.refs import products as M
-from primtrace.refs.core import exports, is_tensor, maybe_convert, ref
+from primtrace.refs.core import exports, is_tensor, maybe_convert, ref, with_gradient
 from primtrace.refs.reductions import keep_dims, reduction_dims, wrap_dim
 from primtrace.refs.scalars import concrete, type_name
 from primtrace.refs.views import diagonal as diagonal_view
@@ -65,10 +65,20 @@ def p_norm(x, dims, p, result):
     elif p == 1:
         y = prims.sum(a, dims)
     elif p == 2:
-        y = prims.sqrt(prims.sum(prims.mul(a, a), dims))
+        y = _root(prims.sum(prims.mul(a, a), dims), prims.sqrt)
     else:
-        y = prims.pow(prims.sum(prims.pow(a, p), dims), 1.0 / p)
+        y = _root(prims.sum(prims.pow(a, p), dims), lambda s: prims.pow(s, 1.0 / p))
     return maybe_convert(y, result)
+
+
+def _root(s, root):
+    """root(s), the p-norm of a sum s of powers, differentiated as eager's norm: no gradient
+    where the norm is 0 (the root's derivative there is infinite, which makes NaN); the
+    carrier takes the root of 1 there, where its zero cotangent arrives."""
+    def pieces():
+        nonzero = prims.ne(s, 0)
+        return [(nonzero, root(prims.where(nonzero, s, 1)))]
+    return with_gradient(root(s), pieces)
 
 
 def _extreme_norm(y, a, dims):
