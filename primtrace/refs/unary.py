@@ -302,21 +302,34 @@ def sinc(input):
 
 @elementwise(INT_TO_FLOAT, ("input",))
 def logit(input, eps=None):
-    """log(x / (1 - x)); with eps >= 0, x is first clamped to [eps, 1 - eps] (NaN kept)."""
+    """log(x / (1 - x)); with eps >= 0, x is first clamped to [eps, 1 - eps] (NaN kept).
+    Differentiated as eager's logit_backward, g / (x * (1 - x)): g * inf at 0 and 1 and NaN
+    outside [0, 1] without eps (the chain rule through the quotient gave NaN at 0 and 1,
+    numbers outside), 0 outside [eps, 1 - eps] with it (NaN stays NaN)."""
     if input.dtype.is_complex:
         raise not_implemented("logit_cpu", input.dtype)
-    if eps is not None and eps >= 0:
+    x = input
+    clamps = eps is not None and eps >= 0
+    if clamps:
         # eager computes 1 - eps after rounding eps to the dtype: rarely, a last-bit difference
         low, high = eps, 1 - eps
-        input = prims.where(prims.lt(input, low), low,
-                            prims.where(prims.gt(input, high), high, input))
-    value = prims.log(prims.div(input, prims.sub(1, input)))
-    if eps is not None and eps >= 0:
-        return value
-    # differentiated as eager's logit_backward: g / (x * (1 - x)), so +-inf at 0 and 1 (the
-    # chain rule through the quotient makes NaN there)
-    return prims.differentiate_as(
-        value, prims.div(input, with_gradient(prims.mul(input, prims.sub(1, input)))))
+        x = prims.where(prims.lt(input, low), low, prims.where(prims.gt(input, high), high, input))
+    value = prims.log(prims.div(x, prims.sub(1, x)))
+
+    def slope(x, divisor):
+        """A carrier whose gradient is g / divisor (not differentiated itself)."""
+        return prims.div(x, with_gradient(divisor))
+    if clamps:
+        def pieces():
+            inside = prims.bitwise_not(prims.bitwise_or(prims.lt(input, low),
+                                                        prims.gt(input, high)))   # NaN too
+            xs = prims.where(inside, input, 0.5)   # a finite slope where the cotangent is 0
+            return [(inside, slope(xs, prims.mul(xs, prims.sub(1, xs))))]
+        return with_gradient(value, pieces)
+    # NaN outside [0, 1]; g * inf at 0 (-0.0 too) and 1
+    divisor = prims.where(prims.eq(input, 0), 0.0, prims.mul(input, prims.sub(1, input)))
+    outside = prims.bitwise_or(prims.lt(input, 0), prims.gt(input, 1))
+    return prims.differentiate_as(value, slope(input, prims.where(outside, math.nan, divisor)))
 
 
 def _nan_to_num_real(x, nan, posinf, neginf):
