@@ -11,12 +11,13 @@ import sys
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import primtrace
 from primtrace import prims
 from primtrace.executors.numba import NumbaFusionExecutor
 from tests.numba import special_values as sv
-from tests.numba.helpers import execution, fused_nodes, torch_nodes
+from tests.numba.helpers import check_against_eager, execution, fused, fused_nodes, torch_nodes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -47,6 +48,24 @@ def test_cpu_kernel_returns_the_value(dtype):
     trace = execution(jf)
     assert len(fused_nodes(trace)) == 1 and not torch_nodes(trace)
     assert "prims.differentiate_as" in str(primtrace.last_traces(jf)[2])
+
+
+def chain(x, lo):
+    return F.relu(x * 2).clamp(max=3) + torch.clamp(x, min=lo) + F.hardswish(x)
+
+
+def test_forward_kernels_compute_no_carrier():
+    """The refs state their gradients with differentiate_as; the optimized trace has none of
+    it, nor the masks and carriers only it read: the prims the refs computed before."""
+    x = torch.tensor([-4.0, -3.0, -0.0, 0.0, 1.5, 3.0, float("nan"), float("inf")] * 8)
+    lo = torch.randn(64)
+    jf = fused(chain)
+    check_against_eager(jf, chain, x, lo)
+    assert "differentiate_as" in str(primtrace.last_traces(jf)[1])      # the prims trace
+    optimized = [n.symbol.name for n in primtrace.last_traces(jf)[2].nodes]
+    assert optimized == ["mul", "maximum", "minimum", "maximum", "add", "add", "maximum",
+                         "minimum", "mul", "div", "add"]
+    assert len(fused_nodes(execution(jf))) == 1 and not torch_nodes(execution(jf))
 
 
 def test_cuda_kernel_source_and_ptx():
