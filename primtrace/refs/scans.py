@@ -153,7 +153,8 @@ def _evenly_distributed(value, input):
     dims = tuple(range(input.ndim))
     hits = prims.where(prims.isnan(value), prims.isnan(input),
                        prims.eq(input, prims.broadcast_in_dim(value, tuple(input.shape), ())))
-    count = prims.sum(prims.convert_element_type(hits, input.dtype), dims)
+    count = prims.convert_element_type(   # counted in int64, as eager's mask.sum()
+        prims.sum(prims.convert_element_type(hits, torch.int64), dims), input.dtype)
     return prims.differentiate_as(value, prims.div(prims.sum(prims.where(hits, input, 0), dims),
                                                    count))
 

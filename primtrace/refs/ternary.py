@@ -15,8 +15,8 @@ from primtrace.ir.strides import contiguous_strides
 from primtrace.refs.conversion import allocated_as_eager
 from primtrace.refs.checks import check_fits, check_out_dtype, not_implemented, without_complex32
 from primtrace.refs.core import (broadcast, broadcast_shapes, elementwise, exact_add, exact_sub,
-                                 with_gradient,
-                                 exports, is_number, is_tensor, maybe_convert, ref, to_tensor)
+                                 exports, is_number, is_tensor, maybe_convert, ref, to_tensor,
+                                 with_gradient)
 from primtrace.refs.creation import as_nodes, filled
 from primtrace.refs.out import copy_to_out, write_where
 from primtrace.refs.promotion import DEFAULT, NO_OPMATH, result_type
