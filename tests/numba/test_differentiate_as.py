@@ -4,11 +4,6 @@ kernels of relu and clamp chains compute what they did before (one kernel, no ca
 CUDA kernel's source and PTX (no GPU needed), and the CUDA backend under the simulator."""
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -17,9 +12,8 @@ import primtrace
 from primtrace import prims
 from primtrace.executors.numba import NumbaFusionExecutor
 from tests.numba import special_values as sv
-from tests.numba.helpers import check_against_eager, execution, fused, fused_nodes, torch_nodes
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.numba.helpers import (check_against_eager, execution, fused, fused_nodes, torch_nodes,
+                                 under_cuda_simulator)
 
 
 def differentiate_as(value, carrier):
@@ -98,9 +92,4 @@ print(json.dumps(bad))
 
 
 def test_cuda_simulator_returns_the_value():
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PRIMTRACE_NUMBA_BACKEND="cuda",
-               PYTHONPATH=ROOT)
-    r = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True,
-                       text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert json.loads(r.stdout.strip().splitlines()[-1]) == []
+    assert under_cuda_simulator(SCRIPT) == []
