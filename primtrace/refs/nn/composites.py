@@ -25,7 +25,8 @@ from primtrace import refs   # refs.add...: module attributes, so this module ex
 from primtrace.ir.strides import matches_dense
 from primtrace.refs import products as P
 from primtrace.refs.conversion import allocated_as_eager, suggest_memory_format
-from primtrace.refs.core import broadcast, broadcast_shapes, exports, is_tensor, maybe_convert, ref
+from primtrace.refs.core import (broadcast, broadcast_shapes, exports, is_tensor, maybe_convert,
+                                  ref, with_gradient)
 from primtrace.refs.creation import as_nodes
 from primtrace.refs.linalg import p_norm, vector_norm_of
 from primtrace.refs.out import check_can_cast, copy_to_self
@@ -324,7 +325,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             scores = prims.add(scores, broadcast(maybe_convert(attn_mask, computation), shape))
     dims = (len(shape) - 1,)
     kept = tuple(range(len(shape) - 1))
-    m = prims.amax(scores, dims) if shape[-1] else None
+    m = with_gradient(prims.amax(scores, dims)) if shape[-1] else None   # the shift cancels
     if m is None:
         weights = scores
     else:
