@@ -27,9 +27,10 @@ from typing import Callable
 import torch
 
 from primtrace.autodiff.backward import backward_trace, differentiable, forward_with_saved
+from primtrace import prims as P
 from primtrace.autodiff.partition import partition
 from primtrace.ir.proxy import Proxy, TensorProxy
-from primtrace.ir.trace import Trace
+from primtrace.ir.trace import Trace, tracing
 from primtrace.ir.tree import tree_flatten, tree_map
 from primtrace.prims.differentiation import NotDifferentiableError
 from primtrace.tracer.autograd_calls import needs_torch_autograd
@@ -70,13 +71,49 @@ def split(prims: Trace, wrt: list[TensorProxy], policy: str = "min_cut"):
     held = [p for p in prims.inputs if p.name not in arguments] + distinct_results(prims.outputs)
     bw = partition(prims, bw, policy=policy, held=held)
     forward = forward_with_saved(prims, bw.saved)
-    forward.outputs = (tuple(distinct_results(prims.outputs)), tuple(bw.saved))
+    forward.outputs = (tuple(distinct_results(prims.outputs)), _kept_before_writes(forward, bw.saved))
     for trace in (forward, bw.trace):   # both run inside the Function, where grad is off
         trace.nodes = [n.replace(grad_enabled=None) for n in trace.nodes]
         trace.tags["grad_enabled"] = False
     forward.tags["training"] = bw
     forward.tags["differentiated"] = prims   # what a double backward replays with autograd
     return forward, bw
+
+
+def _kept_before_writes(forward: Trace, saved: list) -> tuple:
+    """The saved values as the forward returns them: a value an in-place prim overwrites
+    later in the forward (``y.relu_()`` after a rule read y) is copied before the write, so
+    the backward reads what the forward read (eager raises there instead). The copies are
+    new nodes of `forward`."""
+    root = {p.name: p.name for p in forward.inputs}
+    defined = {p.name: -1 for p in forward.inputs}
+    written: dict[str, int] = {}   # storage root -> index of the last in-place write into it
+    for i, node in enumerate(forward.nodes):
+        src = node.args[0] if node.args and isinstance(node.args[0], Proxy) else None
+        shares = src is not None and ("view" in node.symbol.tags or "inplace" in node.symbol.tags)
+        for q in node.output_proxies:
+            root[q.name] = root.get(src.name, src.name) if shares else q.name
+            defined.setdefault(q.name, i)
+        if "inplace" in node.symbol.tags and src is not None:
+            written[root.get(src.name, src.name)] = i
+    copies, after = {}, {}
+    scratch = Trace(forward.name)
+    scratch._counter = forward._counter   # fresh names
+    for p in saved:
+        if isinstance(p, TensorProxy) and written.get(root.get(p.name), -2) > defined.get(p.name, -1):
+            with tracing(scratch):
+                copy = P.clone(p)
+            if tuple(copy.stride()) != tuple(p.stride()):
+                raise Fallback(f"{p.name}, which the backward reads, is written in place later "
+                               f"and its layout cannot be copied as is")
+            copies[p.name] = copy
+            after.setdefault(defined.get(p.name, -1), []).append(scratch.nodes.pop())
+    if copies:
+        nodes = after.get(-1, [])
+        for i, node in enumerate(forward.nodes):
+            nodes += [node, *after.get(i, [])]
+        forward.nodes = nodes
+    return tuple(copies.get(getattr(p, "name", None), p) for p in saved)
 
 
 def distinct_results(outputs) -> list[Proxy]:

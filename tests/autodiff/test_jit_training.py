@@ -245,3 +245,33 @@ def test_no_grad_block_inside_a_call_that_needs_none():
     x = torch.randn(4, requires_grad=True)
     got, want = primtrace.jit(f)(x), f(x)
     assert [o.requires_grad for o in got] == [o.requires_grad for o in want]
+
+
+def test_a_saved_value_written_in_place_later_is_copied_first():
+    """eager raises (a value needed for gradient was modified); primtrace saves a copy made
+    before the write, so the backward reads what the forward read."""
+    def f(x):
+        y = x.exp()
+        y.clamp_(0, 1.5)
+        return (y * x).sum()
+
+    def g(x):
+        y = x * 3
+        z = y.sin()
+        y.mul_(2)
+        return (z + y).sum()
+    x = torch.randn(5, 4, requires_grad=True)
+    xd, e = x.detach(), x.detach().exp()
+    (gf,) = torch.autograd.grad(primtrace.jit(f)(x), x)
+    torch.testing.assert_close(gf, e.clamp(0, 1.5) + xd * e * (e <= 1.5))
+    (gg,) = torch.autograd.grad(primtrace.jit(g)(x), x)
+    torch.testing.assert_close(gg, 3 * (3 * xd).cos() + 6)
+
+
+def test_relu_inplace_module_matches_eager():
+    m = nn.Sequential(nn.Linear(4, 8), nn.ReLU(inplace=True), nn.Linear(8, 2), nn.Sigmoid())
+    x = torch.randn(5, 4, requires_grad=True)
+    got = torch.autograd.grad(primtrace.jit(m)(x).sum(), [x, *m.parameters()])
+    want = torch.autograd.grad(m(x).sum(), [x, *m.parameters()])
+    for a, e in zip(got, want):
+        torch.testing.assert_close(a, e)
