@@ -187,7 +187,7 @@ def _affine(y, x, weight, bias, computation):
         wide = [prims.convert_element_type(t, torch.float64) for t in (y, weight, bias)]
         w, b = (broadcast(t, tuple(x.shape)) for t in wide[1:])
         value = prims.convert_element_type(prims.add(prims.mul(wide[0], w), b), torch.float32)
-        w, b = (broadcast(t, tuple(x.shape)) for t in (weight, bias))
+        w, b = (broadcast(maybe_convert(t, computation), tuple(x.shape)) for t in (weight, bias))
         return prims.differentiate_as(value, prims.add(prims.mul(y, w), b))
     if weight is not None:
         y = prims.mul(y, broadcast(maybe_convert(weight, computation), tuple(x.shape)))
