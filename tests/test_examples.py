@@ -94,3 +94,20 @@ def test_train_gpt():
     assert worst < 1e-5, out
     assert "primtrace.jit fallback: none (fused forward" in out, out
     assert "primtrace.jit:" in out and "x eager)" in out
+
+
+def test_training_traces_section_is_the_scripts():
+    """docs/traces.md's training section is what scripts/print_training_traces.py writes (its
+    outputs are pinned by tests/tracer/test_golden_traces.py, which runs every doc example)."""
+    import importlib.util
+    import re
+    spec = importlib.util.spec_from_file_location("print_training_traces",
+                                                  ROOT / "scripts" / "print_training_traces.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    doc = (ROOT / "docs" / "traces.md").read_text()
+    written = script.BEGIN + doc.split(script.BEGIN, 1)[1].split(script.END, 1)[0] + script.END + "\n"
+    outputs = re.findall(r"```text\n(.*?)```", written, re.S)
+    assert len(outputs) == len(script.EXAMPLES) >= 2
+    assert written == script.section(outputs)
+    assert "# note: the first" in outputs[0] and "return ((" in outputs[0]   # recomputed; saved
