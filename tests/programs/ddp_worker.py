@@ -110,6 +110,11 @@ def run(case, mode, rank, **ddp_options):
     else:
         torch._dynamo.reset()
         wrapped = torch.compile(DDP(model, **ddp_options), backend="primtrace")
+    if mode != "compile":   # what reaches the model through DDP's nn.Module methods
+        wrapped.eval()
+        module_api = {"parameters": len(list(wrapped.parameters())),
+                      "state_dict": sorted(wrapped.state_dict()), "eval": not model.training}
+        wrapped.train()
     optimizer = make_optimizer(model.parameters())
     losses, grad_fns = [], []
     for x, target in data:
@@ -123,6 +128,8 @@ def run(case, mode, rank, **ddp_options):
         losses.append(loss.item())
     result = {"params": {n: p.detach().clone() for n, p in model.named_parameters()},
               "losses": losses, "grad_fns": grad_fns}
+    if mode != "compile":
+        result["module_api"] = module_api
     if jitted is not None:
         traces = primtrace.last_traces(jitted)
         result["fallbacks"] = [traces[1].tags.get("fallback")]
