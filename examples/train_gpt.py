@@ -65,7 +65,8 @@ def main():
     ap.add_argument("--timing-rounds", type=int, default=5,
                     help="interleaved rounds of the step timing (0: no timing)")
     ap.add_argument("--timing-steps", type=int, default=5, help="steps per contender per round")
-    ap.add_argument("--no-compile", action="store_true", help="leave torch.compile out of the timing")
+    ap.add_argument("--no-compile", action="store_true",
+                    help="leave torch.compile out of the timing")
     ap.add_argument("--threads", type=int, default=None, help="torch's intra-op threads")
     args = ap.parse_args()
     if args.threads:

@@ -81,9 +81,11 @@ def test_gpt():
 def test_train_gpt():
     out = run_example("train_gpt.py", "--steps", "5", "--log-every", "2", "--layers", "1",
                       "--width", "32", "--heads", "2", "--context", "16", "--batch", "4",
-                      "--no-compile", "--timing-rounds", "1", "--timing-steps", "1", "--threads", "1")
+                      "--no-compile", "--timing-rounds", "1", "--timing-steps", "1",
+                      "--threads", "1")
     lines = out.splitlines()
-    header = next(i for i, l in enumerate(lines) if l.split()[:3] == ["step", "eager", "primtrace.jit"])
+    header = next(i for i, l in enumerate(lines)
+                  if l.split()[:3] == ["step", "eager", "primtrace.jit"])
     rows = [l.split() for l in lines[header + 1:header + 4]]
     assert [int(r[0]) for r in rows] == [0, 2, 4], out       # every 2 steps and the last
     eager, jitted = [float(r[1]) for r in rows], [float(r[2]) for r in rows]
@@ -106,7 +108,8 @@ def test_training_traces_section_is_the_scripts():
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     doc = (ROOT / "docs" / "traces.md").read_text()
-    written = script.BEGIN + doc.split(script.BEGIN, 1)[1].split(script.END, 1)[0] + script.END + "\n"
+    inside = doc.split(script.BEGIN, 1)[1].split(script.END, 1)[0]
+    written = script.BEGIN + inside + script.END + "\n"
     outputs = re.findall(r"```text\n(.*?)```", written, re.S)
     assert len(outputs) == len(script.EXAMPLES) >= 2
     assert written == script.section(outputs)

@@ -15,7 +15,6 @@ The ranks meet through a ``FileStore`` (no port to pick, none to collide on).
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 import time
 import warnings
@@ -50,7 +49,8 @@ class MLP(nn.Module):
 
     def __init__(self, d=8, hidden=32, out=4):
         super().__init__()
-        self.fc1, self.norm, self.fc2 = nn.Linear(d, hidden), nn.LayerNorm(hidden), nn.Linear(hidden, out)
+        self.fc1, self.norm = nn.Linear(d, hidden), nn.LayerNorm(hidden)
+        self.fc2 = nn.Linear(hidden, out)
 
     def forward(self, x):
         return self.fc2(F.gelu(self.norm(self.fc1(x))))
@@ -60,7 +60,8 @@ def mlp_case(rank):
     torch.manual_seed(0)
     model = MLP()
     g = torch.Generator().manual_seed(100 + rank)
-    data = [(torch.randn(16, 8, generator=g), torch.randn(16, 4, generator=g)) for _ in range(STEPS)]
+    data = [(torch.randn(16, 8, generator=g), torch.randn(16, 4, generator=g))
+            for _ in range(STEPS)]
 
     def loss_of(out, target):
         return F.mse_loss(out, target)
@@ -157,7 +158,7 @@ def warm_kernels(store, rank):
             loss_of(out, target).backward()
         store.set("kernels compiled", "1")
     else:
-        import torch._dynamo  # noqa: F401
+        importlib.import_module("torch._dynamo")
         store.wait(["kernels compiled"])
 
 
@@ -183,8 +184,8 @@ def main():
     # by primtrace alone, and the activations between pieces require grad. Buckets of 512 bytes;
     # its first bucket is torch's default (1 MiB) unless that default is lowered too.
     dist._DEFAULT_FIRST_BUCKET_BYTES = 512
-    results["mlp split graph", "compile"] = run(mlp_case, "compile", rank, bucket_cap_mb=512 / 2**20)
-    results["mlp split graph", "eager"] = run(mlp_case, "eager", rank, bucket_cap_mb=512 / 2**20)
+    for mode in ("compile", "eager"):
+        results["mlp split graph", mode] = run(mlp_case, mode, rank, bucket_cap_mb=512 / 2**20)
     torch.save(results, out_file)
     dist.barrier()
     dist.destroy_process_group()
