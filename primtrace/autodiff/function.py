@@ -125,6 +125,99 @@ def distinct_results(outputs) -> list[Proxy]:
     return out
 
 
+def _input_writes(prims: Trace) -> list:
+    """(node, input name) of each in-place write into (a view of) an input."""
+    root: dict[str, str] = {p.name: p.name for p in prims.inputs}
+    found = []
+    for node in prims.flat_nodes():
+        src = node.args[0] if node.args and isinstance(node.args[0], Proxy) else None
+        r = root.get(src.name) if src is not None else None
+        if r is not None and ("view" in node.symbol.tags or "inplace" in node.symbol.tags):
+            for p in node.output_proxies:
+                root[p.name] = r
+            if "inplace" in node.symbol.tags:
+                found.append((node, r))
+    return found
+
+
+def _check_writes(prims: Trace, wrt) -> None:
+    """In-place writes a Function cannot express: into an input that requires grad, or,
+    by an in-place op of the user's, of a value that needs grad into any input (eager makes
+    that input require grad). A ref's side write (batch_norm's running statistics) is not
+    differentiated in eager either."""
+    inputs = {p.name: p for p in prims.inputs}
+    for node, r in _input_writes(prims):
+        if inputs[r].requires_grad:
+            raise Fallback(f"an in-place write into {r}, an input that requires grad "
+                           f"({node.source or node.symbol.name})")
+        origin = node.origin
+        side_write = origin is not None and not any(
+            getattr(q, "name", None) == r for q in tree_flatten(getattr(origin, "args", ())[:1]))
+        if not side_write and any(getattr(p, "requires_grad", False) for p in node.output_proxies):
+            raise Fallback(f"an in-place write of a value that requires grad into {r} "
+                           f"({node.source or node.symbol.name})")
+
+
+def _kept_before_writes(forward: Trace, saved: list) -> tuple:
+    """The saved values as the forward returns them: a value an in-place prim overwrites
+    later in the forward (``y.relu_()`` after a rule read y) is copied before the write, so
+    the backward reads what the forward read (eager raises there instead). The copies are
+    new nodes of `forward`."""
+    root = {p.name: p.name for p in forward.inputs}
+    defined = {p.name: -1 for p in forward.inputs}
+    written: dict[str, int] = {}   # storage root -> index of the last in-place write into it
+    for i, node in enumerate(forward.nodes):
+        src = node.args[0] if node.args and isinstance(node.args[0], Proxy) else None
+        shares = src is not None and ("view" in node.symbol.tags or "inplace" in node.symbol.tags)
+        for q in node.output_proxies:
+            root[q.name] = root.get(src.name, src.name) if shares else q.name
+            defined.setdefault(q.name, i)
+        if "inplace" in node.symbol.tags and src is not None:
+            written[root.get(src.name, src.name)] = i
+    copies, after = {}, {}
+    scratch = Trace(forward.name)
+    scratch._counter = forward._counter   # fresh names
+    for p in saved:
+        if isinstance(p, TensorProxy) and written.get(root.get(p.name), -2) > defined.get(p.name, -1):
+            with tracing(scratch):
+                copy = P.clone(p)
+            if tuple(copy.stride()) != tuple(p.stride()):
+                raise Fallback(f"{p.name}, which the backward reads, is written in place later "
+                               f"and its layout cannot be copied as is")
+            copies[p.name] = copy
+            after.setdefault(defined.get(p.name, -1), []).append(scratch.nodes.pop())
+    if copies:
+        nodes = after.get(-1, [])
+        for i, node in enumerate(forward.nodes):
+            nodes += [node, *after.get(i, [])]
+        forward.nodes = nodes
+    return tuple(copies.get(getattr(p, "name", None), p) for p in saved)
+
+
+def distinct_results(outputs) -> list[Proxy]:
+    seen, out = set(), []
+    for leaf in tree_flatten(outputs):
+        if isinstance(leaf, Proxy) and leaf.name not in seen:
+            seen.add(leaf.name)
+            out.append(leaf)
+    return out
+
+
+def _input_writes(prims: Trace) -> list:
+    """(node, input name) of each in-place write into (a view of) an input."""
+    root: dict[str, str] = {p.name: p.name for p in prims.inputs}
+    found = []
+    for node in prims.flat_nodes():
+        src = node.args[0] if node.args and isinstance(node.args[0], Proxy) else None
+        r = root.get(src.name) if src is not None else None
+        if r is not None and ("view" in node.symbol.tags or "inplace" in node.symbol.tags):
+            for p in node.output_proxies:
+                root[p.name] = r
+            if "inplace" in node.symbol.tags:
+                found.append((node, r))
+    return found
+
+
 def _check_writes(prims: Trace, wrt) -> None:
     """In-place writes a Function cannot express: into an input that requires grad, or,
     by an in-place op of the user's, of a value that needs grad into any input (eager makes
@@ -181,6 +274,7 @@ class Plan:
         self.wrt = [positions[p.name] for p in bw.wrt]
         self.differentiated = forward_trace.tags["differentiated"]
         self.random = any("random" in n.symbol.tags for n in self.differentiated.flat_nodes())
+        self.writes_inputs = bool(_input_writes(self.differentiated))
         self._replay = None
 
     def replay(self, inputs: list):
@@ -260,6 +354,11 @@ def _replayed_gradients(ctx, grads) -> list:
     same inputs and draws, and differentiated with create_graph (the fused backward's
     results carry no graph)."""
     plan = ctx.plan
+    if plan.writes_inputs:
+        raise RuntimeError(
+            "primtrace: a double backward (create_graph=True) replays the jitted function, "
+            "which writes into its inputs or state (running statistics...): the replay would "
+            "write them again; call the function without primtrace.jit for this")
     inputs = []
     for ref, version in zip(ctx.inputs, ctx.versions):
         x = ref() if isinstance(ref, weakref.ref) else ref

@@ -275,3 +275,11 @@ def test_relu_inplace_module_matches_eager():
     want = torch.autograd.grad(m(x).sum(), [x, *m.parameters()])
     for a, e in zip(got, want):
         torch.testing.assert_close(a, e)
+
+
+def test_double_backward_of_a_call_that_writes_state_raises():
+    bn = nn.BatchNorm1d(4)
+    jm = primtrace.jit(bn)
+    x = torch.randn(8, 4, requires_grad=True)
+    with pytest.raises(RuntimeError, match="writes into its inputs or state"):
+        torch.autograd.grad(jm(x).pow(2).sum(), x, create_graph=True)
