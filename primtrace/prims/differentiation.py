@@ -77,19 +77,27 @@ def is_tensor(x) -> bool:
 def is_complex(x) -> bool:
     if is_tensor(x):
         return x.dtype.is_complex
-    return isinstance(x, complex)
+    return getattr(x, "python_type", type(x)) is complex   # a number, or a traced one
 
 
-def conjugated(x):
-    """conj(x) for complex tensors and numbers; x itself for real ones."""
+def conjugated(x, like=None):
+    """conj(x) for complex tensors and numbers; x itself for real ones. A traced complex
+    number (a runtime input: a NumberProxy, whose conjugate no prim computes) becomes a
+    0-dim tensor of `like`'s dtype and device, conjugated."""
     if not is_complex(x):
         return x
-    return P.conj(x) if is_tensor(x) else x.conjugate()
+    if is_tensor(x):
+        return P.conj(x)
+    if isinstance(x, complex):
+        return x.conjugate()
+    if like is None:
+        raise TypeError("conjugated: a traced complex number needs `like`")
+    return P.conj(as_tensor_like(x, like))
 
 
 def times_conj(g, d):
     """The chain rule under torch's convention: g * conj(d)."""
-    return P.mul(g, conjugated(d))
+    return P.mul(g, conjugated(d, g))
 
 
 def filled_like(a, value, dtype=None):

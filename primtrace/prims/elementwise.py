@@ -97,7 +97,7 @@ def _sgn_vjp(g, y, a):
 
 
 def _div_vjp(g, y, a, b):
-    return (P.div(g, conjugated(b)) if is_tensor(a) else None,
+    return (P.div(g, conjugated(b, g)) if is_tensor(a) else None,
             P.neg(P.div(P.mul(g, conjugated(y)), conjugated(b))) if is_tensor(b) else None)
 
 

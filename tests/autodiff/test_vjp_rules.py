@@ -366,3 +366,21 @@ def test_a_prim_without_rule_or_mark_fails_the_check():
     with pytest.raises(AssertionError, match="sin"):
         check_derivatives(prims.ALL_PRIMS, rules)
 
+
+
+@pytest.mark.parametrize("op", ["mul", "div", "index_add"])
+def test_a_traced_complex_number_is_conjugated(op):
+    """A complex Python number given to jit is a runtime input (a NumberProxy, not a
+    `complex`): the chain rule's conj(b) for it is computed on a 0-dim tensor, not skipped.
+    (Eager's index_add multiplies by alpha, not conj(alpha): gradcheck fails it in torch
+    2.13, so its gradient is that of the same sum with the product written out.)"""
+    import primtrace
+    fns = {"mul": lambda x, b: torch.mul(b, x), "div": lambda x, b: torch.div(x, b),
+           "index_add": lambda x, b: x.index_add(0, _index(1, 0), x[:2] * 2, alpha=b)}
+    fn = fns[op]
+    expected_fn = (lambda x, b: x.index_add(0, _index(1, 0), x[:2] * 2 * b)) \
+        if op == "index_add" else fn
+    x = rand(2, 3, dtype=C128 if op == "index_add" else F64).requires_grad_()
+    g = rand(2, 3, dtype=C128)
+    got = torch.autograd.grad(primtrace.jit(fn, executors=[primtrace.TORCH])(x, 1.5 - 2j), x, g)
+    torch.testing.assert_close(got, torch.autograd.grad(expected_fn(x, 1.5 - 2j), x, g))
