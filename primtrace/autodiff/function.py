@@ -70,7 +70,7 @@ def split(prims: Trace, wrt: list[TensorProxy], policy: str = "min_cut"):
     held = [p for p in prims.inputs if p.name not in arguments] + distinct_results(prims.outputs)
     bw = partition(prims, bw, policy=policy, held=held)
     forward = forward_with_saved(prims, bw.saved)
-    forward.outputs = (tuple(distinct_results(prims.outputs)), tuple(bw.saved))
+    forward.outputs = (tuple(distinct_results(prims.outputs)), forward.outputs[1])
     for trace in (forward, bw.trace):   # both run inside the Function, where grad is off
         trace.nodes = [n.replace(grad_enabled=None) for n in trace.nodes]
         trace.tags["grad_enabled"] = False
@@ -138,7 +138,7 @@ class Plan:
         self.non_differentiable = [i for i, p in enumerate(results)
                                    if isinstance(p, TensorProxy) and p.name not in active_outputs]
         #: per cotangent input of the backward: (result index, strides it was traced with)
-        self.cotangents = [(index[out.name], tuple(out.stride())) for out, _ in bw.cotangents]
+        self.cotangents = [(index[out.name], tuple(g.stride())) for out, g in bw.cotangents]
         self.saved_kinds = [isinstance(p, TensorProxy) for p in bw.saved]
         positions = {p.name: i for i, p in enumerate(forward_trace.inputs)}
         self.wrt = [positions[p.name] for p in bw.wrt]
