@@ -257,8 +257,10 @@ def complex_angle(input):
 
 
 def real_angle(input):
-    """pi where negative, else 0; NaN stays NaN."""
-    return prims.where(prims.lt(input, 0), _PI, prims.where(prims.isnan(input), input, 0))
+    """pi where negative, else 0; NaN stays NaN (as input * 0: the gradient is 0 there too,
+    as eager's)."""
+    return prims.where(prims.lt(input, 0), _PI,
+                       prims.where(prims.isnan(input), prims.mul(input, 0), 0))
 
 
 _complex_angle = elementwise(COMPLEX_TO_FLOAT, ("input",), name="angle", module="refs.unary")(
@@ -291,9 +293,11 @@ deg2rad, rad2deg = angle_units_ref("deg2rad", _PI_180), angle_units_ref("rad2deg
 
 @elementwise(INT_TO_FLOAT, ("input",))
 def sinc(input):
-    """sin(pi x) / (pi x), 1 at 0; complex too."""
-    product = prims.mul(input, _PI)
-    return prims.where(prims.eq(input, 0), 1, prims.div(prims.sin(product), product))
+    """sin(pi x) / (pi x), 1 at 0; complex too. The quotient is computed at 1 where x is 0
+    (its value is not used there), so that its gradient there is 0 and not 0 * NaN."""
+    zero = prims.eq(input, 0)
+    product = prims.mul(prims.where(zero, 1, input), _PI)
+    return prims.where(zero, 1, prims.div(prims.sin(product), product))
 
 
 @elementwise(INT_TO_FLOAT, ("input",))

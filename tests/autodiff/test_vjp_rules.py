@@ -384,3 +384,9 @@ def test_a_traced_complex_number_is_conjugated(op):
     g = rand(2, 3, dtype=C128)
     got = torch.autograd.grad(primtrace.jit(fn, executors=[primtrace.TORCH])(x, 1.5 - 2j), x, g)
     torch.testing.assert_close(got, torch.autograd.grad(expected_fn(x, 1.5 - 2j), x, g))
+
+
+def test_acosh_below_minus_one_follows_torch():
+    """acosh is NaN below -1; torch's derivative (a^2 - 1)^(-1/2) is finite there, and so is
+    the rule's (rsqrt(a - 1) * rsqrt(a + 1) was NaN)."""
+    check_vjp("acosh", rand(3, 4, low=-3, high=-1.2))
