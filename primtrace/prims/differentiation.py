@@ -124,6 +124,30 @@ def as_tensor_like(value, like):
     return P.full((), value, dtype=like.dtype, device=like.device)
 
 
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def in_float32(rule):
+    """`rule` computed in float32 where its operands are float16 or bfloat16, each cotangent
+    rounded once to its argument's dtype: a rule whose reductions and scans (products of the
+    others, a mean) would otherwise round at every step in the half dtype, where eager's
+    kernels accumulate in float32 (prod's gradient 2 ulps off with 12 elements)."""
+    def up(x):
+        return P.convert_element_type(x, torch.float32) if is_tensor(x) and x.dtype in _HALF \
+            else x
+
+    def wrapped(g, y, *args, **kwargs):
+        if not any(is_tensor(x) and x.dtype in _HALF for x in (g, *args)):
+            return rule(g, y, *args, **kwargs)
+        grads = rule(up(g), up(y), *map(up, args), **kwargs)
+        return tuple(P.convert_element_type(gr, a.dtype)
+                     if is_tensor(gr) and is_tensor(a) and gr.dtype != a.dtype else gr
+                     for gr, a in zip(grads, args))
+    wrapped.__name__ = wrapped.__qualname__ = getattr(rule, "__name__", "rule")
+    wrapped.__doc__ = rule.__doc__
+    return wrapped
+
+
 # --- table entries -----------------------------------------------------------------------------
 class Zero:
     """An elementwise prim whose derivative is 0 wherever it exists (floor, sign): every

@@ -390,3 +390,18 @@ def test_acosh_below_minus_one_follows_torch():
     """acosh is NaN below -1; torch's derivative (a^2 - 1)^(-1/2) is finite there, and so is
     the rule's (rsqrt(a - 1) * rsqrt(a + 1) was NaN)."""
     check_vjp("acosh", rand(3, 4, low=-3, high=-1.2))
+
+
+@pytest.mark.parametrize("name,shape,arg,kwargs", [
+    ("prod", (3, 4), (0, 1), {}), ("cumprod", (3, 4), 1, {}), ("var", (3, 4), (1,), {"correction": 1})])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_rules_compute_in_float32(name, shape, arg, kwargs, dtype):
+    """prod, cumprod and var's rules compute in float32 for half dtypes and round once (in
+    the half dtype their products of the others and means rounded at every step)."""
+    x = rand(*shape, low=0.5, high=2).to(dtype)
+    prim = prims.ALL_PRIMS[name]
+    y = prim(x, arg, **kwargs)
+    g = rand(*y.shape).to(dtype)
+    got = vjp(prim, g, y, (x, arg), kwargs)[0]
+    want = vjp(prim, g.float(), y.float(), (x.float(), arg), kwargs)[0].to(dtype)
+    assert torch.equal(got, want)
