@@ -21,12 +21,14 @@ from __future__ import annotations
 import dataclasses
 from typing import NamedTuple
 
+import torch
+
 from primtrace import prims
 from primtrace.autodiff.writes import aliased_vjp
 from primtrace.ir.kinds import SymbolKind
 from primtrace.ir.proxy import Proxy, TensorProxy
 from primtrace.ir.strides import contiguous_strides
-from primtrace.ir.trace import Node, Trace, tracing
+from primtrace.ir.trace import Node, Trace, current_trace, tracing
 from primtrace.ir.tree import proxies_in, tree_flatten
 from primtrace.prims.differentiation import (NotDifferentiable, NotDifferentiableError, vjp,
                                              zeros_like)
@@ -72,6 +74,7 @@ def backward_trace(forward: Trace, wrt=None) -> Backward:
             if p.name not in cotangent:
                 cotangent[p.name] = zeros_like(p)
     trace.record_constants = False
+    _producers.clear()
     trace.outputs = tuple(cotangent.get(p.name) for p in wrt)
     trace = cse(trace)   # rules of neighbouring nodes recompute the same values (-g, 1 - y^2)
     trace.nodes = _live(trace.nodes, proxies_in(trace.outputs))
@@ -256,9 +259,45 @@ def _opaque_vjp(node: Node, g, active: set, cotangent: dict) -> tuple:
 
 
 def _accumulate(cotangent: dict, p: Proxy, grad) -> None:
-    """Sum the cotangents of a value read by several nodes."""
+    """Sum the cotangents of a value read by several nodes. Two float16/bfloat16 cotangents
+    that rules computed in float32 and rounded are summed in float32 and rounded once (the
+    sum often cancels: std_mean's two parts lost 24 bfloat16 ulps rounded apart)."""
     before = cotangent.get(p.name)
-    cotangent[p.name] = grad if before is None else prims.add(before, grad)
+    if before is None:
+        cotangent[p.name] = grad
+        return
+    wide = _rounded_from(before), _rounded_from(grad)
+    if wide[0] is not None and wide[1] is not None and wide[0].dtype == wide[1].dtype:
+        cotangent[p.name] = prims.convert_element_type(prims.add(*wide), grad.dtype)
+    else:
+        cotangent[p.name] = prims.add(before, grad)
+
+
+_HALF = (torch.float16, torch.bfloat16)
+_producers: dict = {}   # id(trace) -> (trace, {name: node}, nodes seen)
+
+
+def _rounded_from(x):
+    """The float32 value the backward being recorded rounded to make `x` (a float16 or
+    bfloat16 tensor made by convert_element_type), or None."""
+    if not isinstance(x, TensorProxy) or x.dtype not in _HALF:
+        return None
+    trace = current_trace()
+    if trace is None:
+        return None
+    entry = _producers.get(id(trace))
+    if entry is None or entry[0] is not trace:
+        _producers.clear()   # one backward at a time: forget the last one's
+        entry = _producers[id(trace)] = (trace, {}, [0])
+    _, made, seen = entry
+    for node in trace.nodes[seen[0]:]:
+        made.update((q.name, node) for q in node.output_proxies)
+    seen[0] = len(trace.nodes)
+    node = made.get(x.name)
+    if node is None or node.symbol is not prims.convert_element_type:
+        return None
+    source = node.args[0]
+    return source if isinstance(source, TensorProxy) and source.dtype == torch.float32 else None
 
 
 def _live(nodes, outputs) -> list[Node]:
