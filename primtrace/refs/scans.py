@@ -135,11 +135,17 @@ def _min_max(name, input, dim, keepdim):
         raise RuntimeError(f"{name}(): does not support complex input")
     if input.ndim and input.shape[d] == 0:
         raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
-    values = reductions.extreme(name, prims.amax if name == "max" else prims.amin, input,
-                                 (d,), bool(keepdim))
     ranked = maybe_convert(input, torch.uint8) if input.dtype is torch.bool else input
     indices = _arg(f"arg{name}", prims.argmax if name == "max" else prims.argmin, ranked, d,
                    bool(keepdim))
+    if input.ndim == 0:
+        values = reductions.extreme(name, prims.amax if name == "max" else prims.amin, input,
+                                    (d,), bool(keepdim))
+    else:   # the values at the indices, as eager's: its gradient goes there alone on ties
+        values = prims.gather(input, d, indices if keepdim else
+                              reductions.keep_dims(indices, input, (d,), True))
+        if not keepdim:
+            values = prims.squeeze(values, (d,))
     return getattr(torch.return_types, name)((values, indices))
 
 
