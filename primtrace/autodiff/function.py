@@ -27,10 +27,9 @@ from typing import Callable
 import torch
 
 from primtrace.autodiff.backward import backward_trace, differentiable, forward_with_saved
-from primtrace import prims as P
 from primtrace.autodiff.partition import partition
 from primtrace.ir.proxy import Proxy, TensorProxy
-from primtrace.ir.trace import Trace, tracing
+from primtrace.ir.trace import Trace
 from primtrace.ir.tree import tree_flatten, tree_map
 from primtrace.prims.differentiation import NotDifferentiableError
 from primtrace.tracer.autograd_calls import needs_torch_autograd
@@ -71,49 +70,13 @@ def split(prims: Trace, wrt: list[TensorProxy], policy: str = "min_cut"):
     held = [p for p in prims.inputs if p.name not in arguments] + distinct_results(prims.outputs)
     bw = partition(prims, bw, policy=policy, held=held)
     forward = forward_with_saved(prims, bw.saved)
-    forward.outputs = (tuple(distinct_results(prims.outputs)), _kept_before_writes(forward, bw.saved))
+    forward.outputs = (tuple(distinct_results(prims.outputs)), forward.outputs[1])
     for trace in (forward, bw.trace):   # both run inside the Function, where grad is off
         trace.nodes = [n.replace(grad_enabled=None) for n in trace.nodes]
         trace.tags["grad_enabled"] = False
     forward.tags["training"] = bw
     forward.tags["differentiated"] = prims   # what a double backward replays with autograd
     return forward, bw
-
-
-def _kept_before_writes(forward: Trace, saved: list) -> tuple:
-    """The saved values as the forward returns them: a value an in-place prim overwrites
-    later in the forward (``y.relu_()`` after a rule read y) is copied before the write, so
-    the backward reads what the forward read (eager raises there instead). The copies are
-    new nodes of `forward`."""
-    root = {p.name: p.name for p in forward.inputs}
-    defined = {p.name: -1 for p in forward.inputs}
-    written: dict[str, int] = {}   # storage root -> index of the last in-place write into it
-    for i, node in enumerate(forward.nodes):
-        src = node.args[0] if node.args and isinstance(node.args[0], Proxy) else None
-        shares = src is not None and ("view" in node.symbol.tags or "inplace" in node.symbol.tags)
-        for q in node.output_proxies:
-            root[q.name] = root.get(src.name, src.name) if shares else q.name
-            defined.setdefault(q.name, i)
-        if "inplace" in node.symbol.tags and src is not None:
-            written[root.get(src.name, src.name)] = i
-    copies, after = {}, {}
-    scratch = Trace(forward.name)
-    scratch._counter = forward._counter   # fresh names
-    for p in saved:
-        if isinstance(p, TensorProxy) and written.get(root.get(p.name), -2) > defined.get(p.name, -1):
-            with tracing(scratch):
-                copy = P.clone(p)
-            if tuple(copy.stride()) != tuple(p.stride()):
-                raise Fallback(f"{p.name}, which the backward reads, is written in place later "
-                               f"and its layout cannot be copied as is")
-            copies[p.name] = copy
-            after.setdefault(defined.get(p.name, -1), []).append(scratch.nodes.pop())
-    if copies:
-        nodes = after.get(-1, [])
-        for i, node in enumerate(forward.nodes):
-            nodes += [node, *after.get(i, [])]
-        forward.nodes = nodes
-    return tuple(copies.get(getattr(p, "name", None), p) for p in saved)
 
 
 def distinct_results(outputs) -> list[Proxy]:
@@ -158,99 +121,6 @@ def _check_writes(prims: Trace, wrt) -> None:
                            f"({node.source or node.symbol.name})")
 
 
-def _kept_before_writes(forward: Trace, saved: list) -> tuple:
-    """The saved values as the forward returns them: a value an in-place prim overwrites
-    later in the forward (``y.relu_()`` after a rule read y) is copied before the write, so
-    the backward reads what the forward read (eager raises there instead). The copies are
-    new nodes of `forward`."""
-    root = {p.name: p.name for p in forward.inputs}
-    defined = {p.name: -1 for p in forward.inputs}
-    written: dict[str, int] = {}   # storage root -> index of the last in-place write into it
-    for i, node in enumerate(forward.nodes):
-        src = node.args[0] if node.args and isinstance(node.args[0], Proxy) else None
-        shares = src is not None and ("view" in node.symbol.tags or "inplace" in node.symbol.tags)
-        for q in node.output_proxies:
-            root[q.name] = root.get(src.name, src.name) if shares else q.name
-            defined.setdefault(q.name, i)
-        if "inplace" in node.symbol.tags and src is not None:
-            written[root.get(src.name, src.name)] = i
-    copies, after = {}, {}
-    scratch = Trace(forward.name)
-    scratch._counter = forward._counter   # fresh names
-    for p in saved:
-        if isinstance(p, TensorProxy) and written.get(root.get(p.name), -2) > defined.get(p.name, -1):
-            with tracing(scratch):
-                copy = P.clone(p)
-            if tuple(copy.stride()) != tuple(p.stride()):
-                raise Fallback(f"{p.name}, which the backward reads, is written in place later "
-                               f"and its layout cannot be copied as is")
-            copies[p.name] = copy
-            after.setdefault(defined.get(p.name, -1), []).append(scratch.nodes.pop())
-    if copies:
-        nodes = after.get(-1, [])
-        for i, node in enumerate(forward.nodes):
-            nodes += [node, *after.get(i, [])]
-        forward.nodes = nodes
-    return tuple(copies.get(getattr(p, "name", None), p) for p in saved)
-
-
-def distinct_results(outputs) -> list[Proxy]:
-    seen, out = set(), []
-    for leaf in tree_flatten(outputs):
-        if isinstance(leaf, Proxy) and leaf.name not in seen:
-            seen.add(leaf.name)
-            out.append(leaf)
-    return out
-
-
-def _input_writes(prims: Trace) -> list:
-    """(node, input name) of each in-place write into (a view of) an input."""
-    root: dict[str, str] = {p.name: p.name for p in prims.inputs}
-    found = []
-    for node in prims.flat_nodes():
-        src = node.args[0] if node.args and isinstance(node.args[0], Proxy) else None
-        r = root.get(src.name) if src is not None else None
-        if r is not None and ("view" in node.symbol.tags or "inplace" in node.symbol.tags):
-            for p in node.output_proxies:
-                root[p.name] = r
-            if "inplace" in node.symbol.tags:
-                found.append((node, r))
-    return found
-
-
-def _check_writes(prims: Trace, wrt) -> None:
-    """In-place writes a Function cannot express: into an input that requires grad, or,
-    by an in-place op of the user's, of a value that needs grad into any input (eager makes
-    that input require grad). A ref's side write (batch_norm's running statistics) is not
-    differentiated in eager either."""
-    inputs = {p.name: p for p in prims.inputs}
-    root: dict[str, str] = {p.name: p.name for p in prims.inputs}
-    for node in prims.nodes:
-        if "view" in node.symbol.tags and node.args and isinstance(node.args[0], Proxy):
-            r = root.get(node.args[0].name)
-            for p in node.output_proxies:
-                if r is not None:
-                    root[p.name] = r
-        if "inplace" not in node.symbol.tags or not node.args:
-            continue
-        dst = node.args[0]
-        r = root.get(getattr(dst, "name", None))
-        if r is None:
-            continue
-        for p in node.output_proxies:
-            root[p.name] = r
-        target = inputs[r]
-        if target.requires_grad:
-            raise Fallback(f"an in-place write into {r}, an input that requires grad "
-                           f"({node.source or node.symbol.name})")
-        origin = node.origin
-        side_write = origin is not None and not any(
-            getattr(q, "name", None) == r for q in tree_flatten(getattr(origin, "args", ())[:1]))
-        if not side_write and any(getattr(p, "requires_grad", False) for p in node.output_proxies):
-            raise Fallback(f"an in-place write of a value that requires grad into {r} "
-                           f"({node.source or node.symbol.name})")
-
-
 class Plan:
     """What one compiled training call needs at run time."""
 
@@ -268,7 +138,7 @@ class Plan:
         self.non_differentiable = [i for i, p in enumerate(results)
                                    if isinstance(p, TensorProxy) and p.name not in active_outputs]
         #: per cotangent input of the backward: (result index, strides it was traced with)
-        self.cotangents = [(index[out.name], tuple(out.stride())) for out, _ in bw.cotangents]
+        self.cotangents = [(index[out.name], tuple(g.stride())) for out, g in bw.cotangents]
         self.saved_kinds = [isinstance(p, TensorProxy) for p in bw.saved]
         positions = {p.name: i for i, p in enumerate(forward_trace.inputs)}
         self.wrt = [positions[p.name] for p in bw.wrt]

@@ -108,7 +108,7 @@ def _sgn_vjp(g, y, a):
 
 
 def _div_vjp(g, y, a, b):
-    return (P.div(g, conjugated(b)) if is_tensor(a) else None,
+    return (P.div(g, conjugated(b, g)) if is_tensor(a) else None,
             P.neg(P.div(P.mul(g, conjugated(y)), conjugated(b))) if is_tensor(b) else None)
 
 
@@ -127,6 +127,15 @@ def _pow_vjp(g, y, a, b):
         if not b.dtype.is_complex:
             grad_b = P.where(P.bitwise_and(P.eq(a_, 0), P.ge(b, 0)), 0, grad_b)
     return grad_a, grad_b
+
+
+def _acosh_derivative(a, y):
+    """1 / sqrt((a - 1)(a + 1)), as torch's (a^2 - 1)^(-1/2) outside the domain too (finite
+    where a < -1, where acosh is NaN); complex: 1 / (sqrt(a - 1) sqrt(a + 1)), the principal
+    branch's derivative."""
+    if a.dtype.is_complex:
+        return P.mul(P.rsqrt(P.sub(a, 1)), P.rsqrt(P.add(a, 1)))
+    return P.rsqrt(P.mul(P.sub(a, 1), P.add(a, 1)))
 
 
 def _extremum_vjp(loses):
@@ -186,8 +195,7 @@ UNARY = [
     ("cosh", torch.cosh, FLOAT_COMPLEX, "same", lambda a, y: P.sinh(a)),
     ("tanh", torch.tanh, FLOAT_COMPLEX, "same", lambda a, y: P.sub(1, P.mul(y, y))),
     ("asinh", torch.asinh, FLOAT_COMPLEX, "same", lambda a, y: P.rsqrt(P.add(P.mul(a, a), 1))),
-    ("acosh", torch.acosh, FLOAT_COMPLEX, "same",
-     lambda a, y: P.mul(P.rsqrt(P.sub(a, 1)), P.rsqrt(P.add(a, 1)))),
+    ("acosh", torch.acosh, FLOAT_COMPLEX, "same", _acosh_derivative),
     ("atanh", torch.atanh, FLOAT_COMPLEX, "same", lambda a, y: P.reciprocal(P.sub(1, P.mul(a, a)))),
     ("sigmoid", torch.sigmoid, FLOAT_COMPLEX, "same", lambda a, y: P.mul(y, P.sub(1, y))),
     ("erf", torch.erf, FLOATING, "same",

@@ -18,7 +18,7 @@ from primtrace.dtypes import Category
 from primtrace.ir.proxy import TensorSpec
 from primtrace.ir.strides import contiguous_strides
 from primtrace.ir.symbol import Symbol, SymbolKind
-from primtrace.prims.differentiation import P, conjugated, to_complex, zeros_like
+from primtrace.prims.differentiation import P, conjugated, in_float32, to_complex, zeros_like
 from primtrace.prims.meta import PrimContractError, is_number, is_tensor
 
 B, I, F, C = Category.BOOL, Category.INTEGER, Category.FLOATING, Category.COMPLEX
@@ -185,8 +185,8 @@ def _prod_vjp(g, y, a, dims):
 
 DERIVATIVES = {
     "sum": lambda g, y, a, dims: (restore_dims(g, a, dims), None),
-    "prod": _prod_vjp,
+    "prod": in_float32(_prod_vjp),
     "amax": _extreme_vjp,
     "amin": _extreme_vjp,
-    "var": _var_vjp,
+    "var": in_float32(_var_vjp),
 }

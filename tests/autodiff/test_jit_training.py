@@ -283,3 +283,38 @@ def test_double_backward_of_a_call_that_writes_state_raises():
     x = torch.randn(8, 4, requires_grad=True)
     with pytest.raises(RuntimeError, match="writes into its inputs or state"):
         torch.autograd.grad(jm(x).pow(2).sum(), x, create_graph=True)
+
+
+@pytest.mark.parametrize("method", ["mul_", "div_", "pow_", "atan2_", "remainder_"])
+def test_a_saved_value_written_in_place_later_is_saved_as_a_copy(method):
+    """x.clone().mul_(y): y's gradient reads the clone's values before the write (eager saves
+    original self); the forward saves a copy made before the write, not the written buffer."""
+    def f(x, y):
+        return getattr(x.clone(), method)(y)
+    x, y = torch.rand(3, 4) + 0.5, torch.rand(3, 4) + 0.5
+    g = torch.randn(3, 4)
+    grads = []
+    for fn in (primtrace.jit(f), f):
+        leaves = x.clone().requires_grad_(), y.clone().requires_grad_()
+        grads.append(torch.autograd.grad(fn(*leaves), leaves, g))
+    for a, e in zip(*grads):
+        torch.testing.assert_close(a, e)
+
+
+def test_an_expanded_input_returned_as_is_takes_a_dense_cotangent():
+    x = torch.randn(1, 4).expand(3, 4).detach().requires_grad_()
+    y = primtrace.jit(lambda x: x.to(torch.float32))(x)
+    g = torch.randn(3, 4)
+    torch.testing.assert_close(torch.autograd.grad(y, x, g)[0], g)
+
+
+def test_an_input_eager_reaches_gets_zeros_not_none():
+    """Eager's graph reaches copysign's sign operand (its gradient is zeros) but not what only
+    a comparison reads (None)."""
+    def f(x, s, m):
+        return torch.copysign(x, s) * (m > 0).float()
+    leaves = [torch.randn(3, requires_grad=True) for _ in range(3)]
+    got = torch.autograd.grad(primtrace.jit(f)(*leaves).sum(), leaves, allow_unused=True)
+    want = torch.autograd.grad(f(*leaves).sum(), leaves, allow_unused=True)
+    assert got[2] is None and want[2] is None
+    torch.testing.assert_close(got[:2], want[:2])

@@ -389,3 +389,42 @@ def test_a_prim_without_rule_or_mark_fails_the_check():
     with pytest.raises(AssertionError, match="sin"):
         check_derivatives(prims.ALL_PRIMS, rules)
 
+
+
+@pytest.mark.parametrize("op", ["mul", "div", "index_add"])
+def test_a_traced_complex_number_is_conjugated(op):
+    """A complex Python number given to jit is a runtime input (a NumberProxy, not a
+    `complex`): the chain rule's conj(b) for it is computed on a 0-dim tensor, not skipped.
+    (Eager's index_add multiplies by alpha, not conj(alpha): gradcheck fails it in torch
+    2.13, so its gradient is that of the same sum with the product written out.)"""
+    import primtrace
+    fns = {"mul": lambda x, b: torch.mul(b, x), "div": lambda x, b: torch.div(x, b),
+           "index_add": lambda x, b: x.index_add(0, _index(1, 0), x[:2] * 2, alpha=b)}
+    fn = fns[op]
+    expected_fn = (lambda x, b: x.index_add(0, _index(1, 0), x[:2] * 2 * b)) \
+        if op == "index_add" else fn
+    x = rand(2, 3, dtype=C128 if op == "index_add" else F64).requires_grad_()
+    g = rand(2, 3, dtype=C128)
+    got = torch.autograd.grad(primtrace.jit(fn, executors=[primtrace.TORCH])(x, 1.5 - 2j), x, g)
+    torch.testing.assert_close(got, torch.autograd.grad(expected_fn(x, 1.5 - 2j), x, g))
+
+
+def test_acosh_below_minus_one_follows_torch():
+    """acosh is NaN below -1; torch's derivative (a^2 - 1)^(-1/2) is finite there, and so is
+    the rule's (rsqrt(a - 1) * rsqrt(a + 1) was NaN)."""
+    check_vjp("acosh", rand(3, 4, low=-3, high=-1.2))
+
+
+@pytest.mark.parametrize("name,shape,arg,kwargs", [
+    ("prod", (3, 4), (0, 1), {}), ("cumprod", (3, 4), 1, {}), ("var", (3, 4), (1,), {"correction": 1})])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_rules_compute_in_float32(name, shape, arg, kwargs, dtype):
+    """prod, cumprod and var's rules compute in float32 for half dtypes and round once (in
+    the half dtype their products of the others and means rounded at every step)."""
+    x = rand(*shape, low=0.5, high=2).to(dtype)
+    prim = prims.ALL_PRIMS[name]
+    y = prim(x, arg, **kwargs)
+    g = rand(*y.shape).to(dtype)
+    got = vjp(prim, g, y, (x, arg), kwargs)[0]
+    want = vjp(prim, g.float(), y.float(), (x.float(), arg), kwargs)[0].to(dtype)
+    assert torch.equal(got, want)
