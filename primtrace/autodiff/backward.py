@@ -18,15 +18,20 @@ backward recompute the rest; the torch.autograd.Function glue is left to the cal
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
+
+import torch
 
 from primtrace import prims
 from primtrace.autodiff.writes import aliased_vjp
 from primtrace.ir.kinds import SymbolKind
 from primtrace.ir.proxy import Proxy, TensorProxy
-from primtrace.ir.trace import Node, Trace, tracing
+from primtrace.ir.strides import contiguous_strides
+from primtrace.ir.trace import Node, Trace, current_trace, tracing
 from primtrace.ir.tree import proxies_in, tree_flatten
-from primtrace.prims.differentiation import NotDifferentiable, NotDifferentiableError, vjp
+from primtrace.prims.differentiation import (NotDifferentiable, NotDifferentiableError, vjp,
+                                             zeros_like)
 from primtrace.tracer.passes import cse
 
 #: opaque torch calls whose result carries no gradient (a trace keeps them as calls)
@@ -58,14 +63,18 @@ def backward_trace(forward: Trace, wrt=None) -> Backward:
     pairs = []
     for out in outputs:
         if out.name in active and out.name not in cotangent:
-            cotangent[out.name] = trace.tensor(out.spec, name=f"g_{out.name}")
+            cotangent[out.name] = trace.tensor(_cotangent_spec(out), name=f"g_{out.name}")
             pairs.append((out, cotangent[out.name]))
     producer = {p.name: node for node in nodes for p in node.output_proxies}
     trace.record_constants = True   # a rule's zeros are made per call, not once: some are written
     with tracing(trace):
         for node in reversed(nodes):
             _pull_back(node, active, cotangent, producer)
+        for p in _connected(nodes, wrt, active):   # eager's graph reaches it: zeros, not None
+            if p.name not in cotangent:
+                cotangent[p.name] = zeros_like(p)
     trace.record_constants = False
+    _producers.clear()
     trace.outputs = tuple(cotangent.get(p.name) for p in wrt)
     trace = cse(trace)   # rules of neighbouring nodes recompute the same values (-g, 1 - y^2)
     trace.nodes = _live(trace.nodes, proxies_in(trace.outputs))
@@ -86,12 +95,78 @@ def backward_trace(forward: Trace, wrt=None) -> Backward:
     return Backward(trace, saved, pairs, wrt)
 
 
+def _cotangent_spec(out: TensorProxy):
+    """The cotangent's spec: the output's, but dense where the output's memory overlaps (an
+    expanded input returned as is): a cotangent's elements are independent."""
+    spec = out.spec
+    if any(size > 1 and stride == 0 for size, stride in zip(spec.shape, spec.strides)):
+        return dataclasses.replace(spec, strides=contiguous_strides(spec.shape))
+    return spec
+
+
 def forward_with_saved(forward: Trace, saved) -> Trace:
-    """`forward` returning ``(its outputs, tuple of the saved values)``."""
-    trace = forward.derive(forward.flat_nodes(), "forward")
+    """`forward` returning ``(its outputs, tuple of the saved values)``.
+
+    A saved value whose memory a later node of the forward writes in place (``x.clone()``
+    then ``mul_(y)``: the backward of y reads the clone's values before the write) is saved
+    as a copy made where it is computed, as eager saves ``original_self``: the backward
+    reads it under the same name."""
+    nodes = forward.flat_nodes()
+    copies = _stale(nodes, forward.inputs, saved)
+    if copies:
+        made = {p.name: i for i, n in enumerate(nodes) for p in n.output_proxies}
+        at: dict[int, list] = {}
+        for p in copies:
+            at.setdefault(made.get(p.name, -1), []).append(p)
+        out, replaced = [], {}
+        scratch = Trace("copies")
+        scratch._counter = forward._counter   # fresh names never clash with the forward's
+        with tracing(scratch):
+            for i in range(-1, len(nodes)):
+                if i >= 0:
+                    out.append(nodes[i])
+                for p in at.get(i, ()):
+                    before = len(scratch.nodes)
+                    replaced[p.name] = prims.clone(p)
+                    out += [n.replace(source=nodes[i].source if i >= 0 else None)
+                            for n in scratch.nodes[before:]]
+        nodes = out
+        saved = [replaced.get(p.name, p) for p in saved]
+    trace = forward.derive(nodes, "forward")
     trace.outputs = (forward.outputs, tuple(saved))
     trace.tags.pop("output_rebuild", None)
     return trace
+
+
+def _stale(nodes, inputs, saved) -> list:
+    """The saved tensors whose memory (their own, their base's, a view's of it) a node after
+    the one computing them writes in place."""
+    root: dict[str, str] = {}
+
+    def find(name):
+        while root.get(name, name) != name:
+            name = root[name]
+        return name
+    position = {p.name: -1 for p in inputs}
+    last_write: dict[str, int] = {}
+    for i, node in enumerate(nodes):
+        tags = node.symbol.tags
+        for p in node.output_proxies:
+            position.setdefault(p.name, i)
+        if tags & {"view", "alias", "inplace"} and node.args and isinstance(node.args[0], Proxy):
+            base = find(node.args[0].name)
+            for p in node.output_proxies:
+                root[find(p.name)] = base
+            if "inplace" in tags:
+                last_write[base] = i
+    stale = []
+    for p in saved:
+        if not isinstance(p, TensorProxy) or p.name not in position:
+            continue
+        written = max((i for r, i in last_write.items() if find(r) == find(p.name)), default=-2)
+        if written > position[p.name]:
+            stale.append(p)
+    return stale
 
 
 def _active(nodes, wrt, outputs) -> set[str]:
@@ -107,6 +182,19 @@ def _active(nodes, wrt, outputs) -> set[str]:
         if any(p.name in needed for p in node.output_proxies):
             needed.update(p.name for p in node.inputs)
     return reached & needed
+
+
+def _connected(nodes, wrt, active) -> list:
+    """The inputs of `wrt` that a node through which gradients flow reads to make a value on
+    the way to an output: eager's autograd graph reaches them, so their gradient is a tensor
+    (zeros where every rule on the way says none: copysign's sign operand), never None."""
+    names = {p.name for p in wrt}
+    read = set()
+    for node in nodes:
+        if stops_gradient(node) or not any(p.name in active for p in node.output_proxies):
+            continue
+        read.update(p.name for p in node.inputs if p.name in names)
+    return [p for p in wrt if p.name in read]
 
 
 def stops_gradient(node: Node) -> bool:
@@ -171,9 +259,45 @@ def _opaque_vjp(node: Node, g, active: set, cotangent: dict) -> tuple:
 
 
 def _accumulate(cotangent: dict, p: Proxy, grad) -> None:
-    """Sum the cotangents of a value read by several nodes."""
+    """Sum the cotangents of a value read by several nodes. Two float16/bfloat16 cotangents
+    that rules computed in float32 and rounded are summed in float32 and rounded once (the
+    sum often cancels: std_mean's two parts lost 24 bfloat16 ulps rounded apart)."""
     before = cotangent.get(p.name)
-    cotangent[p.name] = grad if before is None else prims.add(before, grad)
+    if before is None:
+        cotangent[p.name] = grad
+        return
+    wide = _rounded_from(before), _rounded_from(grad)
+    if wide[0] is not None and wide[1] is not None and wide[0].dtype == wide[1].dtype:
+        cotangent[p.name] = prims.convert_element_type(prims.add(*wide), grad.dtype)
+    else:
+        cotangent[p.name] = prims.add(before, grad)
+
+
+_HALF = (torch.float16, torch.bfloat16)
+_producers: dict = {}   # id(trace) -> (trace, {name: node}, nodes seen)
+
+
+def _rounded_from(x):
+    """The float32 value the backward being recorded rounded to make `x` (a float16 or
+    bfloat16 tensor made by convert_element_type), or None."""
+    if not isinstance(x, TensorProxy) or x.dtype not in _HALF:
+        return None
+    trace = current_trace()
+    if trace is None:
+        return None
+    entry = _producers.get(id(trace))
+    if entry is None or entry[0] is not trace:
+        _producers.clear()   # one backward at a time: forget the last one's
+        entry = _producers[id(trace)] = (trace, {}, [0])
+    _, made, seen = entry
+    for node in trace.nodes[seen[0]:]:
+        made.update((q.name, node) for q in node.output_proxies)
+    seen[0] = len(trace.nodes)
+    node = made.get(x.name)
+    if node is None or node.symbol is not prims.convert_element_type:
+        return None
+    source = node.args[0]
+    return source if isinstance(source, TensorProxy) and source.dtype == torch.float32 else None
 
 
 def _live(nodes, outputs) -> list[Node]:

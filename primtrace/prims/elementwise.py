@@ -58,6 +58,13 @@ def _minimum(a, b):
     return torch.minimum(a, b)
 
 
+def _differentiate_as(value, carrier):
+    """`value`, as a new tensor laid out as the elementwise result of both operands (the
+    meta's strides); `carrier` only matters to the backward (see differentiate_as)."""
+    like = value if isinstance(value, torch.Tensor) else carrier
+    return torch.where(torch.ones((), dtype=torch.bool, device=like.device), value, carrier)
+
+
 # --- derivatives the tables name (the chain rule's factor, or a whole VJP rule) ---------------
 def _at_zero(a, value, elsewhere):
     """`value` where a == 0, `elsewhere` elsewhere (a removable singularity: i1'(0) = 1/2)."""
@@ -69,11 +76,15 @@ def _t(x, like):
     return as_tensor_like(x, like)
 
 
-def _squares(a, b):
-    """a^2 + b^2 for tensor or number operands (atan2's derivative)."""
+def _atan2_vjp(g, y, a, b):
+    """torch's atan2 derivative: g * b * r and g * -a * r, r = 1 / (a^2 + b^2) but 0 where
+    a^2 + b^2 is 0 (at the origin, or where the squares underflow): zeros there, not NaN."""
     like = a if is_tensor(a) else b
-    a, b = _t(a, like), _t(b, like)
-    return P.add(P.mul(a, a), P.mul(b, b))
+    a_, b_ = _t(a, like), _t(b, like)
+    squares = P.add(P.mul(a_, a_), P.mul(b_, b_))
+    r = P.where(P.eq(squares, 0), 0, P.reciprocal(squares))
+    return (P.mul(P.mul(g, b_), r) if is_tensor(a) else None,
+            P.mul(P.mul(g, P.neg(a_)), r) if is_tensor(b) else None)
 
 
 def _igamma_dx(a, x, y):
@@ -97,7 +108,7 @@ def _sgn_vjp(g, y, a):
 
 
 def _div_vjp(g, y, a, b):
-    return (P.div(g, conjugated(b)) if is_tensor(a) else None,
+    return (P.div(g, conjugated(b, g)) if is_tensor(a) else None,
             P.neg(P.div(P.mul(g, conjugated(y)), conjugated(b))) if is_tensor(b) else None)
 
 
@@ -118,15 +129,30 @@ def _pow_vjp(g, y, a, b):
     return grad_a, grad_b
 
 
-def _extremum_vjp(wins):
-    """maximum/minimum as torch.maximum differentiates: a tie splits g in halves."""
+def _acosh_derivative(a, y):
+    """1 / sqrt((a - 1)(a + 1)), as torch's (a^2 - 1)^(-1/2) outside the domain too (finite
+    where a < -1, where acosh is NaN); complex: 1 / (sqrt(a - 1) sqrt(a + 1)), the principal
+    branch's derivative."""
+    if a.dtype.is_complex:
+        return P.mul(P.rsqrt(P.sub(a, 1)), P.rsqrt(P.add(a, 1)))
+    return P.rsqrt(P.mul(P.sub(a, 1), P.add(a, 1)))
+
+
+def _extremum_vjp(loses):
+    """maximum/minimum as torch.maximum differentiates: a tie splits g in halves, the losing
+    operand gets none, and a NaN on either side gives both the whole g (neither loses)."""
     def rule(g, y, a, b):
         a, b = _t(a, g), _t(b, g)
         tie = P.eq(a, b)
         half = P.mul(g, 0.5)
-        return (P.where(tie, half, P.where(getattr(P, wins)(a, b), g, 0)),
-                P.where(tie, half, P.where(getattr(P, wins)(b, a), g, 0)))
+        return (P.where(tie, half, P.where(getattr(P, loses)(a, b), 0, g)),
+                P.where(tie, half, P.where(getattr(P, loses)(b, a), 0, g)))
     return rule
+
+
+def _differentiate_as_vjp(g, y, value, carrier):
+    """The value's gradient is the carrier's: g goes to `carrier`, none to `value`."""
+    return None, g
 
 
 def _fextremum_vjp(keeps):
@@ -169,8 +195,7 @@ UNARY = [
     ("cosh", torch.cosh, FLOAT_COMPLEX, "same", lambda a, y: P.sinh(a)),
     ("tanh", torch.tanh, FLOAT_COMPLEX, "same", lambda a, y: P.sub(1, P.mul(y, y))),
     ("asinh", torch.asinh, FLOAT_COMPLEX, "same", lambda a, y: P.rsqrt(P.add(P.mul(a, a), 1))),
-    ("acosh", torch.acosh, FLOAT_COMPLEX, "same",
-     lambda a, y: P.mul(P.rsqrt(P.sub(a, 1)), P.rsqrt(P.add(a, 1)))),
+    ("acosh", torch.acosh, FLOAT_COMPLEX, "same", _acosh_derivative),
     ("atanh", torch.atanh, FLOAT_COMPLEX, "same", lambda a, y: P.reciprocal(P.sub(1, P.mul(a, a)))),
     ("sigmoid", torch.sigmoid, FLOAT_COMPLEX, "same", lambda a, y: P.mul(y, P.sub(1, y))),
     ("erf", torch.erf, FLOATING, "same",
@@ -235,18 +260,20 @@ BINARY = [
     ("fmod", torch.fmod, REAL_NUMERIC, "same",
      (lambda a, b, y: 1, lambda a, b, y: P.neg(P.trunc(P.div(a, b))))),
     ("pow", torch.pow, NUMERIC, "same", VJP(_pow_vjp)),
-    ("atan2", torch.atan2, FLOATING, "same",
-     (lambda a, b, y: P.div(b, _squares(a, b)), lambda a, b, y: P.div(P.neg(a), _squares(a, b)))),
+    ("atan2", torch.atan2, FLOATING, "same", VJP(_atan2_vjp)),
     ("hypot", torch.hypot, FLOATING, "same",
      (lambda a, b, y: P.div(a, y), lambda a, b, y: P.div(b, y))),
     ("copysign", torch.copysign, FLOATING, "same",
      (lambda a, b, y: _at_zero(a, 0, P.div(y, a)), None)),
     ("nextafter", torch.nextafter, FLOATING, "same", (lambda a, b, y: 1, None)),
     ("heaviside", torch.heaviside, REAL, "same", TORCH_RAISES),
-    ("maximum", _maximum, REAL, "same", VJP(_extremum_vjp("gt"))),
-    ("minimum", _minimum, REAL, "same", VJP(_extremum_vjp("lt"))),
+    ("maximum", _maximum, REAL, "same", VJP(_extremum_vjp("lt"))),
+    ("minimum", _minimum, REAL, "same", VJP(_extremum_vjp("gt"))),
     ("fmax", torch.fmax, REAL, "same", VJP(_fextremum_vjp("ge"))),
     ("fmin", torch.fmin, REAL, "same", VJP(_fextremum_vjp("le"))),
+    # `value`, differentiated as `carrier`: how a ref states eager's derivative where its
+    # prims' would differ (relu at 0, clamp at a bound); optimize() drops it (see below)
+    ("differentiate_as", _differentiate_as, ANY, "same", VJP(_differentiate_as_vjp)),
     ("bitwise_and", torch.bitwise_and, INTEGRAL, "same", INTEGER_ONLY),
     ("bitwise_or", torch.bitwise_or, INTEGRAL, "same", INTEGER_ONLY),
     ("bitwise_xor", torch.bitwise_xor, INTEGRAL, "same", INTEGER_ONLY),

@@ -363,7 +363,7 @@ def _gather_vjp(g, y, a, dim, index):
 
 
 def _index_add_vjp(g, y, a, dim, index, source, alpha):
-    return g, None, None, P.mul(P.index_select(g, dim, index), conjugated(alpha)), None
+    return g, None, None, P.mul(P.index_select(g, dim, index), conjugated(alpha, g)), None
 
 
 def _index_copy_vjp(g, y, a, dim, index, source):

@@ -18,7 +18,7 @@ from primtrace.dtypes import Category
 from primtrace.ir.proxy import TensorSpec
 from primtrace.ir.strides import contiguous_strides
 from primtrace.ir.symbol import Symbol, SymbolKind
-from primtrace.prims.differentiation import P, conjugated, to_complex, zeros_like
+from primtrace.prims.differentiation import P, conjugated, in_float32, to_complex, zeros_like
 from primtrace.prims.meta import PrimContractError, is_number, is_tensor
 
 B, I, F, C = Category.BOOL, Category.INTEGER, Category.FLOATING, Category.COMPLEX
@@ -134,11 +134,12 @@ def _count(a, dims) -> int:
 
 
 def _extreme_vjp(g, y, a, dims):
-    """torch's amax/amin derivative: g shared evenly among the elements equal to the result
-    (none where the result is NaN)."""
-    hits = P.eq(a, restore_dims(y, a, dims))
-    count = P.sum(P.convert_element_type(hits, g.dtype), dims)
-    return P.where(hits, restore_dims(P.div(g, count), a, dims), 0), None
+    """torch's amax/amin derivative, (g / count) * hits: g shared evenly among the elements
+    equal to the result; where the result is NaN none is, and 0 * (g / 0) makes the whole
+    slice's gradient NaN, as eager's."""
+    hits = P.convert_element_type(P.eq(a, restore_dims(y, a, dims)), g.dtype)
+    count = P.sum(hits, dims)
+    return P.mul(restore_dims(P.div(g, count), a, dims), hits), None
 
 
 def _var_vjp(g, y, a, dims, *, correction):
@@ -185,8 +186,8 @@ def _prod_vjp(g, y, a, dims):
 
 DERIVATIVES = {
     "sum": lambda g, y, a, dims: (restore_dims(g, a, dims), None),
-    "prod": _prod_vjp,
+    "prod": in_float32(_prod_vjp),
     "amax": _extreme_vjp,
     "amin": _extreme_vjp,
-    "var": _var_vjp,
+    "var": in_float32(_var_vjp),
 }

@@ -14,7 +14,7 @@ from primtrace import dtypes
 from primtrace.ir.proxy import TensorSpec
 from primtrace.ir.strides import contiguous_strides
 from primtrace.ir.symbol import Symbol, SymbolKind
-from primtrace.prims.differentiation import INDEX_RESULT, P, conjugated
+from primtrace.prims.differentiation import INDEX_RESULT, P, conjugated, in_float32
 from primtrace.prims.meta import PrimContractError, is_tensor
 
 
@@ -106,7 +106,7 @@ def _cumprod_vjp(g, y, a, dim):
 
 DERIVATIVES = {
     "cumsum": lambda g, y, a, dim: (_reverse_cumsum(g, dim), None),
-    "cumprod": _cumprod_vjp,
+    "cumprod": in_float32(_cumprod_vjp),
     "argmax": INDEX_RESULT,
     "argmin": INDEX_RESULT,
 }

@@ -798,8 +798,8 @@ def to_prims(trace: Trace, keep_autograd_calls: bool = True) -> Trace:
         if isinstance(p, Proxy):
             read[p.name] = read.get(p.name, 2) + 2
     for node in trace.nodes:
-        enabled = keep_autograd_calls and (grad_mode if node.grad_enabled is None
-                                           else node.grad_enabled)
+        enabled = (keep_autograd_calls or _kept_in_training(node)) and (
+            grad_mode if node.grad_enabled is None else node.grad_enabled)
         if node.call is None or not enabled or not any(
                 getattr(p, "requires_grad", False) for p in node.output_proxies) or \
                 _defines_read_sizes(node, read):
@@ -832,6 +832,16 @@ def _defines_read_sizes(node: Node, read: dict) -> bool:
     return any(isinstance(p, NumberProxy) and p.name not in results
                and read.get(p.name, 0) > inside.get(p.name, 0)
                for leaf in node.flat() for p in leaf.output_proxies)
+
+
+def _kept_in_training(node: Node) -> bool:
+    """Calls torch differentiates better than their prims do: attention, whose fused CPU
+    and GPU kernels have fused backwards (the backward runs torch's autograd over the call
+    again: prims.library_vjp). Not with dropout: that second run would draw again."""
+    if node.call is None or node.call[0] is not torch.nn.functional.scaled_dot_product_attention:
+        return False
+    _, args, kwargs = node.call
+    return not kwargs.get("dropout_p", args[4] if len(args) > 4 else 0.0)
 
 
 def _versions_after(node: Node, call: Node) -> list[Node]:

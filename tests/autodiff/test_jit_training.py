@@ -245,3 +245,76 @@ def test_no_grad_block_inside_a_call_that_needs_none():
     x = torch.randn(4, requires_grad=True)
     got, want = primtrace.jit(f)(x), f(x)
     assert [o.requires_grad for o in got] == [o.requires_grad for o in want]
+
+
+def test_a_saved_value_written_in_place_later_is_copied_first():
+    """eager raises (a value needed for gradient was modified); primtrace saves a copy made
+    before the write, so the backward reads what the forward read."""
+    def f(x):
+        y = x.exp()
+        y.clamp_(0, 1.5)
+        return (y * x).sum()
+
+    def g(x):
+        y = x * 3
+        z = y.sin()
+        y.mul_(2)
+        return (z + y).sum()
+    x = torch.randn(5, 4, requires_grad=True)
+    xd, e = x.detach(), x.detach().exp()
+    (gf,) = torch.autograd.grad(primtrace.jit(f)(x), x)
+    torch.testing.assert_close(gf, e.clamp(0, 1.5) + xd * e * (e <= 1.5))
+    (gg,) = torch.autograd.grad(primtrace.jit(g)(x), x)
+    torch.testing.assert_close(gg, 3 * (3 * xd).cos() + 6)
+
+
+def test_relu_inplace_module_matches_eager():
+    m = nn.Sequential(nn.Linear(4, 8), nn.ReLU(inplace=True), nn.Linear(8, 2), nn.Sigmoid())
+    x = torch.randn(5, 4, requires_grad=True)
+    got = torch.autograd.grad(primtrace.jit(m)(x).sum(), [x, *m.parameters()])
+    want = torch.autograd.grad(m(x).sum(), [x, *m.parameters()])
+    for a, e in zip(got, want):
+        torch.testing.assert_close(a, e)
+
+
+def test_double_backward_of_a_call_that_writes_state_raises():
+    bn = nn.BatchNorm1d(4)
+    jm = primtrace.jit(bn)
+    x = torch.randn(8, 4, requires_grad=True)
+    with pytest.raises(RuntimeError, match="writes into its inputs or state"):
+        torch.autograd.grad(jm(x).pow(2).sum(), x, create_graph=True)
+
+
+@pytest.mark.parametrize("method", ["mul_", "div_", "pow_", "atan2_", "remainder_"])
+def test_a_saved_value_written_in_place_later_is_saved_as_a_copy(method):
+    """x.clone().mul_(y): y's gradient reads the clone's values before the write (eager saves
+    original self); the forward saves a copy made before the write, not the written buffer."""
+    def f(x, y):
+        return getattr(x.clone(), method)(y)
+    x, y = torch.rand(3, 4) + 0.5, torch.rand(3, 4) + 0.5
+    g = torch.randn(3, 4)
+    grads = []
+    for fn in (primtrace.jit(f), f):
+        leaves = x.clone().requires_grad_(), y.clone().requires_grad_()
+        grads.append(torch.autograd.grad(fn(*leaves), leaves, g))
+    for a, e in zip(*grads):
+        torch.testing.assert_close(a, e)
+
+
+def test_an_expanded_input_returned_as_is_takes_a_dense_cotangent():
+    x = torch.randn(1, 4).expand(3, 4).detach().requires_grad_()
+    y = primtrace.jit(lambda x: x.to(torch.float32))(x)
+    g = torch.randn(3, 4)
+    torch.testing.assert_close(torch.autograd.grad(y, x, g)[0], g)
+
+
+def test_an_input_eager_reaches_gets_zeros_not_none():
+    """Eager's graph reaches copysign's sign operand (its gradient is zeros) but not what only
+    a comparison reads (None)."""
+    def f(x, s, m):
+        return torch.copysign(x, s) * (m > 0).float()
+    leaves = [torch.randn(3, requires_grad=True) for _ in range(3)]
+    got = torch.autograd.grad(primtrace.jit(f)(*leaves).sum(), leaves, allow_unused=True)
+    want = torch.autograd.grad(f(*leaves).sum(), leaves, allow_unused=True)
+    assert got[2] is None and want[2] is None
+    torch.testing.assert_close(got[:2], want[:2])

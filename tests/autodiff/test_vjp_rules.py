@@ -149,7 +149,12 @@ def test_unary_complex(name):
     check_vjp(name, rand(3, 4, low=low, high=high, dtype=C128))
 
 
-@pytest.mark.parametrize("name", _rules_of(prims.BINARY) + ["libm_pow"])
+#: prims whose rule is not their torch implementation's derivative, by design: tested apart
+NOT_THEIR_IMPL = {"differentiate_as"}
+
+
+@pytest.mark.parametrize("name", [n for n in _rules_of(prims.BINARY) if n not in NOT_THEIR_IMPL]
+                         + ["libm_pow"])
 def test_binary(name):
     (a_low, a_high), (b_low, b_high) = BINARY_DOMAIN.get(name, ((-2, 2), (-2, 2)))
 
@@ -194,14 +199,30 @@ def test_scatter_reductions_share_ties_as_torch(reduce, include_self):
     torch.testing.assert_close((grad_a, grad_src), expected)
 
 
-def test_maximum_and_minimum_split_ties_as_torch():
-    a = torch.tensor([1.0, 2.0, 3.0], dtype=F64)
-    b = torch.tensor([1.0, 1.0, 4.0], dtype=F64)
-    g = torch.ones(3, dtype=F64)
-    grad_a, grad_b = vjp(prims.maximum, g, prims.maximum(a, b), (a, b), {})
+@pytest.mark.parametrize("name", ["maximum", "minimum"])
+def test_maximum_and_minimum_split_ties_as_torch(name):
+    """A tie splits g in halves; a NaN on either side gives both operands the whole g."""
+    a = torch.tensor([1.0, 2.0, 3.0, math.nan, 1.0, math.nan, -0.0], dtype=F64)
+    b = torch.tensor([1.0, 1.0, 4.0, 1.0, math.nan, math.nan, 0.0], dtype=F64)
+    g = rand(7)
+    prim = getattr(prims, name)
+    grads = vjp(prim, g, prim(a, b), (a, b), {})
     leaves = a.clone().requires_grad_(), b.clone().requires_grad_()
-    expected = torch.autograd.grad(torch.maximum(*leaves).sum(), leaves)
-    torch.testing.assert_close((grad_a, grad_b), expected)
+    expected = torch.autograd.grad(getattr(torch, name)(*leaves), leaves, g)
+    assert all(torch.equal(got, want) for got, want in zip(grads, expected))
+
+
+def test_differentiate_as_is_its_value_with_the_carriers_gradient():
+    """The value passes (a new tensor, laid out as an elementwise result of both operands);
+    the whole cotangent goes to the carrier, none to the value; a number carrier stops it."""
+    value, carrier = rand(3, 4), rand(4, 3).T
+    y = prims.differentiate_as(value, carrier)
+    assert torch.equal(y, value) and y.data_ptr() != value.data_ptr()
+    assert y.stride() == (value + carrier).stride()   # an elementwise result's layout
+    g = rand(3, 4)
+    grad_value, grad_carrier = vjp(prims.differentiate_as, g, y, (value, carrier), {})
+    assert grad_value is None and torch.equal(grad_carrier, g)
+    assert vjp(prims.differentiate_as, g, y, (value, 0.0), {}) == (None, None)
 
 
 # --- the other prims: (name, args, kwargs) ------------------------------------------------------
@@ -276,9 +297,11 @@ def _views():
 
 def _linalg_and_indexing():
     for a, b in (((3, 4), (4, 5)), ((4,), (4,)), ((2, 3, 4), (4,)), ((4,), (2, 4, 5)),
-                 ((2, 1, 3, 4), (5, 4, 2)), ((3, 4), (2, 4, 5))):
+                 ((2, 1, 3, 4), (5, 4, 2)), ((3, 4), (2, 4, 5)), ((2, 3, 4), (4, 5))):
         yield "matmul", (rand(*a), rand(*b)), {}
     yield "matmul", (rand(3, 4, dtype=C128), rand(4, 2, dtype=C128)), {}
+    yield "matmul", (rand(2, 3, 4, dtype=C128), rand(4, 2, dtype=C128)), {}
+    yield "matmul", (rand(4, 2, 3).transpose(0, 1), rand(3, 5)), {}   # rows not viewable
     x = rand(4, 5)
     yield "index_select", (x, 1, _index(0, 3, 3, 1)), {}
     yield "index_select", (x, 0, _index(0, 2, 2, 1, 3, 0).view(2, 3)), {}   # an embedding
@@ -373,3 +396,42 @@ def test_a_prim_without_rule_or_mark_fails_the_check():
     with pytest.raises(AssertionError, match="sin"):
         check_derivatives(prims.ALL_PRIMS, rules)
 
+
+
+@pytest.mark.parametrize("op", ["mul", "div", "index_add"])
+def test_a_traced_complex_number_is_conjugated(op):
+    """A complex Python number given to jit is a runtime input (a NumberProxy, not a
+    `complex`): the chain rule's conj(b) for it is computed on a 0-dim tensor, not skipped.
+    (Eager's index_add multiplies by alpha, not conj(alpha): gradcheck fails it in torch
+    2.13, so its gradient is that of the same sum with the product written out.)"""
+    import primtrace
+    fns = {"mul": lambda x, b: torch.mul(b, x), "div": lambda x, b: torch.div(x, b),
+           "index_add": lambda x, b: x.index_add(0, _index(1, 0), x[:2] * 2, alpha=b)}
+    fn = fns[op]
+    expected_fn = (lambda x, b: x.index_add(0, _index(1, 0), x[:2] * 2 * b)) \
+        if op == "index_add" else fn
+    x = rand(2, 3, dtype=C128 if op == "index_add" else F64).requires_grad_()
+    g = rand(2, 3, dtype=C128)
+    got = torch.autograd.grad(primtrace.jit(fn, executors=[primtrace.TORCH])(x, 1.5 - 2j), x, g)
+    torch.testing.assert_close(got, torch.autograd.grad(expected_fn(x, 1.5 - 2j), x, g))
+
+
+def test_acosh_below_minus_one_follows_torch():
+    """acosh is NaN below -1; torch's derivative (a^2 - 1)^(-1/2) is finite there, and so is
+    the rule's (rsqrt(a - 1) * rsqrt(a + 1) was NaN)."""
+    check_vjp("acosh", rand(3, 4, low=-3, high=-1.2))
+
+
+@pytest.mark.parametrize("name,shape,arg,kwargs", [
+    ("prod", (3, 4), (0, 1), {}), ("cumprod", (3, 4), 1, {}), ("var", (3, 4), (1,), {"correction": 1})])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_rules_compute_in_float32(name, shape, arg, kwargs, dtype):
+    """prod, cumprod and var's rules compute in float32 for half dtypes and round once (in
+    the half dtype their products of the others and means rounded at every step)."""
+    x = rand(*shape, low=0.5, high=2).to(dtype)
+    prim = prims.ALL_PRIMS[name]
+    y = prim(x, arg, **kwargs)
+    g = rand(*y.shape).to(dtype)
+    got = vjp(prim, g, y, (x, arg), kwargs)[0]
+    want = vjp(prim, g.float(), y.float(), (x.float(), arg), kwargs)[0].to(dtype)
+    assert torch.equal(got, want)
