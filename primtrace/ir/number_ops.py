@@ -256,8 +256,8 @@ def _extreme_meta(name):
         lower, upper = (either(alo, blo), both(ahi, bhi)) if name == "max" else (
             both(alo, blo), either(ahi, bhi))
         what = f"{name}({getattr(a, 'name', a)}, {getattr(b, 'name', b)})"
-        return NumberSpec(int, Unknown(what), tuple(x for x in (a, b) if isinstance(x, NumberProxy)),
-                          (lower, upper))
+        sources = tuple(x for x in (a, b) if isinstance(x, NumberProxy))
+        return NumberSpec(int, Unknown(what), sources, (lower, upper))
     return meta
 
 

@@ -5,8 +5,8 @@ A shape may hold a size known only at run time (``x[mask]``'s rows: a
 :class:`~primtrace.ir.proxy.SizeProxy`); strides stay concrete ints. A layout is computed
 on two runs of stand-in values for such sizes (distinct primes: dims that may hold several
 elements); where the strides agree they hold for every size, as for the rows of a
-row-major (n, 5) tensor, (5, 1). Where they differ (a row-major (5, n): its first stride is n) the layout
-depends on the size, and the tracer's DataDependentError is raised.
+row-major (n, 5) tensor, (5, 1). Where they differ (a row-major (5, n): its first stride
+is n) the layout depends on the size, and the tracer's DataDependentError is raised.
 """
 from __future__ import annotations
 

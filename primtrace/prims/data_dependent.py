@@ -204,7 +204,7 @@ mask_put = _prim(
     "where v has a row per selected element.")
 
 
-# --- unique -----------------------------------------------------------------------------------------
+# --- unique --------------------------------------------------------------------------------------
 def _unique_meta(a, sorted=True, return_inverse=False, return_counts=False, dim=None,
                  consecutive=False):
     if not is_tensor(a) or not all(type(f) is bool for f in (sorted, return_inverse,
@@ -248,7 +248,7 @@ unique = _prim(
     "torch.unique_consecutive when `consecutive`.")
 
 
-# --- repeat_interleave's index, bincount -------------------------------------------------------------
+# --- repeat_interleave's index, bincount ---------------------------------------------------------
 def _repeat_index_meta(repeats, output_size=None):
     if not is_tensor(repeats) or repeats.ndim != 1 or repeats.dtype not in INDEX_DTYPES:
         raise PrimContractError("prims.repeat_index: a vector of int32 or int64 counts")

@@ -55,7 +55,7 @@ def where_condition(condition):
     return _nonzero(condition, True)
 
 
-# --- masked_select, and the masks of indexing ------------------------------------------------------
+# --- masked_select, and the masks of indexing ----------------------------------------------------
 @ref(declines=_declines_out)
 def masked_select(input, mask, *, out=None):
     """input's elements where mask (both broadcast) is True, in row-major order: a vector."""
@@ -130,7 +130,7 @@ def write_by_mask(view, mask, dim, value):
     return write_where(view, where, value, "index_put_", (view, mask))
 
 
-# --- unique ------------------------------------------------------------------------------------------
+# --- unique --------------------------------------------------------------------------------------
 def _unique(name, input, sorted, return_inverse, return_counts, dim, consecutive):
     require_tensor(name, input)
     if dim is not None:

@@ -30,8 +30,6 @@ prims, in-place prims and values that need grad are never lifted.
 """
 from __future__ import annotations
 
-import torch
-
 from primtrace.ir.proxy import Proxy, TensorProxy
 from primtrace.ir.trace import Node, Trace, tracing
 from primtrace.ir.tree import proxies_in

@@ -84,7 +84,7 @@ Y = torch.randn(12, 5, generator=torch.Generator().manual_seed(2))
 TARGET = torch.randint(0, 5, (12,), generator=torch.Generator().manual_seed(3))
 
 
-# --- the ops ----------------------------------------------------------------------------------------
+# --- the ops -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("fn", [
     lambda x, m: x[m],
     lambda x, m: x[m, :],
@@ -381,7 +381,7 @@ def test_trace_shows_the_count():
     assert '"cpu f32[n0, 5]"' in text and '"cpu f32[n0]"' in text
 
 
-# --- gradients -------------------------------------------------------------------------------------
+# --- gradients -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("fn", [
     lambda x, t, m: F.cross_entropy(x[m], t[m]),
     lambda x, t, m: (x[m] ** 2).mean(),
