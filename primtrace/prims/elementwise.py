@@ -58,11 +58,25 @@ def _minimum(a, b):
     return torch.minimum(a, b)
 
 
+class _DifferentiatedAs(torch.autograd.Function):
+    """torch's autograd over the prim (eager refs, a double backward's replay) as its rule:
+    the gradient goes to the carrier alone."""
+
+    @staticmethod
+    def forward(ctx, value, carrier):
+        ctx.carrier_is_tensor = isinstance(carrier, torch.Tensor)
+        like = value if isinstance(value, torch.Tensor) else carrier
+        return torch.where(torch.ones((), dtype=torch.bool, device=like.device), value, carrier)
+
+    @staticmethod
+    def backward(ctx, g):
+        return None, (g if ctx.carrier_is_tensor else None)
+
+
 def _differentiate_as(value, carrier):
     """`value`, as a new tensor laid out as the elementwise result of both operands (the
     meta's strides); `carrier` only matters to the backward (see differentiate_as)."""
-    like = value if isinstance(value, torch.Tensor) else carrier
-    return torch.where(torch.ones((), dtype=torch.bool, device=like.device), value, carrier)
+    return _DifferentiatedAs.apply(value, carrier)
 
 
 # --- derivatives the tables name (the chain rule's factor, or a whole VJP rule) ---------------

@@ -318,3 +318,18 @@ def test_an_input_eager_reaches_gets_zeros_not_none():
     want = torch.autograd.grad(f(*leaves).sum(), leaves, allow_unused=True)
     assert got[2] is None and want[2] is None
     torch.testing.assert_close(got[:2], want[:2])
+
+
+def test_create_graph_keeps_eager_tie_conventions():
+    """The replay runs prims with torch's autograd: differentiate_as's torch implementation
+    follows its rule (relu at exactly 0 gives 0, not half)."""
+    x = torch.tensor([-1.0, 0.0, 2.0], requires_grad=True)
+
+    def f(x):
+        return torch.relu(x).pow(2).sum() + torch.relu(x).sum()
+    results = []
+    for fn in (primtrace.jit(f), f):
+        (g,) = torch.autograd.grad(fn(x), x, create_graph=True)
+        results.append((g.detach(), torch.autograd.grad(g.sum(), x)[0]))
+    for a, e in zip(*results):
+        torch.testing.assert_close(a, e)
