@@ -37,23 +37,14 @@ from primtrace.ir.tree import tree_flatten, tree_map
 from primtrace.tracer import mapping
 from primtrace.tracer.autograd_calls import GRAPH_METHODS, custom_functions, record_graph_call
 from primtrace.tracer.compiling import compiling
+from primtrace.tracer.errors import DataDependentError, OpaqueOpWarning, TracingError
 from primtrace.tracer.location import describe_location, user_location
+from primtrace.tracer.meta_calls import (SymbolicMeta, as_device, plain,
+                                         symbolic_metadata, symbolic_sizes, to_meta)
 from primtrace.tracer.outputs import split as split_outputs
 from primtrace.tracer.inputs import Namer, proxify
 from primtrace.tracer.pystate import Replay, ReplayError, Snapshot, find_proxy
 from primtrace.tracer.state import SideEffectError, StateRecorder, set_stop_frame
-
-
-class TracingError(RuntimeError):
-    """A function cannot be traced as written (the base of primtrace's tracing errors)."""
-
-
-class DataDependentError(TracingError):
-    """User code reads a tensor's values into Python while tracing (if t.sum() > 0: ...)."""
-
-
-class OpaqueOpWarning(UserWarning):
-    """A torch function has no ref and runs as an opaque torch call."""
 
 
 # --- the trace the tracer builds ------------------------------------------------------------
@@ -195,7 +186,7 @@ def dispatch(func, args, kwargs):
             # the ref cannot take a size known only at run time here (softmax over x[mask]'s
             # rows, which it special-cases when empty): torch's own call, if its meta tells
             if (kwargs.get("out") is not None or target.inplace or target.name == "__setitem__"
-                    or not _symbolic_sizes((args, kwargs))):
+                    or not symbolic_sizes((args, kwargs))):
                 raise
             _restore_size_tables(trace, sizes)
             refused = e
@@ -418,57 +409,13 @@ def opaque_symbol(func, mutates: str | None = None) -> Symbol:
     return sym
 
 
-def _meta_tensor(shape, strides, dtype):
-    return torch.empty_strided(tuple(shape), tuple(strides), dtype=dtype, device="meta")
-
-
-def _to_meta(obj, memo: dict, size=None):
-    """`obj` with meta tensors for its proxies; `size` gives the value of a size known only
-    at run time (a stand-in: see _symbolic_metadata)."""
-    def convert(x):
-        if size is not None and _proxy.is_symbolic(x):
-            return size(x)
-        if isinstance(x, TensorProxy):
-            shape = tuple(size(n) if _proxy.is_symbolic(n) else n for n in x.shape) \
-                if size is not None else x.shape
-            m = _meta_tensor(shape, x.stride(), x.dtype)
-            if x.requires_grad:  # a non-leaf that requires grad: autograd decides the outputs'
-                with torch.enable_grad():
-                    m = m.requires_grad_().clone()
-            memo[x.name] = m
-            return m
-        if isinstance(x, NumberProxy):
-            # an int may become a shape: its value then decides the trace
-            if isinstance(x.value, Unknown) and x.python_type in (float, complex):
-                return x.python_type(1)   # a value computed at run time: any value will do
-            return x._read() if x.python_type in (int, bool) else x.value
-        if isinstance(x, torch.Tensor) and x.device.type != "meta":
-            return _meta_tensor(x.shape, x.stride(), x.dtype)
-        if _as_device(x) is not None:  # x.to("cuda") on meta stays on meta
-            return torch.device("meta")
-        return x
-    return tree_map(convert, obj)
-
-
-def _as_device(x):
-    """x as a torch.device if it names one (a device object or a string like "cuda:0")."""
-    if isinstance(x, torch.device):
-        return x
-    if isinstance(x, str) and x.split(":")[0] in ("cpu", "cuda", "mps", "xpu", "meta"):
-        try:
-            return torch.device(x)
-        except RuntimeError:
-            return None
-    return None
-
-
 def _output_device(func, args, kwargs):
     """The device of an opaque call's outputs (meta tensors only know they are on meta)."""
     name = mapping.torch_name(func)[1]
     if name in ("cpu", "cuda"):
         return torch.device(name)
     for leaf in tree_flatten(([kwargs.get("device")], args, kwargs)):
-        device = _as_device(leaf)
+        device = as_device(leaf)
         if device is not None:
             return device
     for leaf in tree_flatten((args, kwargs)):
@@ -510,7 +457,7 @@ def _stand_ins(obj, fill, memo, writes: bool):
 
 def _spec_of(result):
     return [(tuple(t.shape), t.dtype, tuple(t.stride()), t.requires_grad)
-            for t in tree_flatten(_plain(result)) if isinstance(t, torch.Tensor)]
+            for t in tree_flatten(plain(result)) if isinstance(t, torch.Tensor)]
 
 
 def _real_metadata(func, target, args, kwargs, memo, display, where, meta_error):
@@ -561,7 +508,7 @@ def _checked_symbol(symbol: Symbol, outputs) -> Symbol:
 
     def checked(*args, **kwargs):
         result = impl(*args, **kwargs)
-        got = [(tuple(t.shape), t.dtype) for t in tree_flatten(_plain(result))
+        got = [(tuple(t.shape), t.dtype) for t in tree_flatten(plain(result))
                if isinstance(t, torch.Tensor)]
         if got != expected:
             raise RuntimeError(f"primtrace: {name} returned {got} where the trace assumed "
@@ -583,20 +530,18 @@ def record_opaque(trace, func, target, args, kwargs, refused: bool = False):
     elif (target.inplace or target.name == "__setitem__") and args and isinstance(args[0], TensorProxy):
         mutated, mutates = args[0], "self"
     memo = {}
-    symbolic = _symbolic_sizes((args, kwargs))
+    symbolic = symbolic_sizes((args, kwargs))
     trace.bypass += 1
     try:
         if symbolic:   # a size known only at run time (x[mask]'s rows) among the inputs
-            result, memo = _symbolic_metadata(func, target, args, kwargs, symbolic, display)
-            raise _Done
-        meta_args, meta_kwargs = _to_meta(args, memo), _to_meta(kwargs, memo)
-        with torch.device("meta"):
-            if target.name in ("cpu", "cuda"):  # a copy to a device: same metadata
-                result = meta_args[0].clone()
-            else:
-                result = func(*meta_args, **meta_kwargs)
-    except _Done:
-        checked = False
+            result, memo = symbolic_metadata(func, args, kwargs, symbolic, display)
+        else:
+            meta_args, meta_kwargs = to_meta(args, memo), to_meta(kwargs, memo)
+            with torch.device("meta"):
+                if target.name in ("cpu", "cuda"):  # a copy to a device: same metadata
+                    result = meta_args[0].clone()
+                else:
+                    result = func(*meta_args, **meta_kwargs)
     except Exception as e:
         where = describe_location(user_location())
         message = str(e).lower()
@@ -614,13 +559,13 @@ def record_opaque(trace, func, target, args, kwargs, refused: bool = False):
         checked = False
     finally:
         trace.bypass -= 1
-    if mutated is None and not any(isinstance(x, (torch.Tensor, _SymbolicMeta))
-                                   for x in tree_flatten(_plain(result))):
+    if mutated is None and not any(isinstance(x, (torch.Tensor, SymbolicMeta))
+                                   for x in tree_flatten(plain(result))):
         return result  # a metadata query (x.is_floating_point(), torch.numel(x)): a constant
     device = _output_device(func, args, kwargs)
 
     def to_proxy(m):
-        if isinstance(m, (torch.Tensor, _SymbolicMeta)):
+        if isinstance(m, (torch.Tensor, SymbolicMeta)):
             return trace.tensor(TensorSpec(tuple(m.shape), m.dtype, device, tuple(m.stride())),
                                 requires_grad=m.requires_grad)
         return m
@@ -643,128 +588,6 @@ def record_opaque(trace, func, target, args, kwargs, refused: bool = False):
             trace.note_alias(args[0], outputs)   # a view torch makes (x.view(torch.int32))
     _warn_once(display, refused)
     return outputs
-
-
-class _Done(Exception):
-    """The metadata of an opaque call is known (leaves record_opaque's try block)."""
-
-
-class _SymbolicMeta:
-    """An opaque call's output tensor whose shape holds sizes known only at run time."""
-    __slots__ = ("shape", "dtype", "strides", "requires_grad")
-
-    def __init__(self, shape, dtype, strides, requires_grad):
-        self.shape, self.dtype, self.strides = shape, dtype, strides
-        self.requires_grad = requires_grad
-
-    def stride(self):
-        return self.strides
-
-
-def _symbolic_sizes(obj) -> list:
-    """The ints known only at run time that the arguments hold (in shapes, or as ints)."""
-    found = {}
-    for leaf in tree_flatten(obj):
-        sizes = leaf.shape if isinstance(leaf, TensorProxy) else (leaf,)
-        for n in sizes:
-            if _proxy.is_symbolic(n):
-                found.setdefault(n.name, n)
-    return list(found.values())
-
-
-#: the runs of an opaque call's meta function on inputs with data-dependent sizes: two of
-#: stand-in primes (shapes and strides must follow the sizes), then each base size 0, then 1
-#: (shapes only: eager's strides of size-0/1 dims do not matter), where ops such as squeeze
-#: take another path
-_RUNS = (0, 1, "zero", "one")
-
-
-def _symbolic_metadata(func, target, args, kwargs, sizes, display):
-    """(result, memo) of an opaque call on inputs holding sizes known only at run time: its
-    meta function run on stand-in sizes (_RUNS), and each output size that changes with
-    them matched to an input's size (or a multiple of one: flatten's 4n). An output that
-    matches none, strides that change, or a shape that does not follow at 0 or 1 is a
-    DataDependentError: the call cannot be traced with such an input."""
-    where = describe_location(user_location())
-
-    def fail(why, error=None):
-        raise DataDependentError(
-            f"{display} has no ref for an input of a size known only at run time ("
-            f"{', '.join(n.name for n in sizes)}: {sizes[0].value.what}), and torch's meta "
-            f"function does not tell its output metadata: {why}\n  {where}") from error
-
-    results, memo = [], {}
-    names = sorted({base for n in sizes for base in _proxy.bases_of(n)})
-    order = {base: i for i, base in enumerate(names)}   # each base's stand-in, in every run
-    for run in _RUNS:
-        bases = dict(order)
-        if isinstance(run, int):
-            def value(n, run=run, bases=bases):
-                return _proxy.stand_in(n, run, bases)
-        else:
-            fixed = 0 if run == "zero" else 1
-
-            def value(n, fixed=fixed):
-                return _proxy.evaluate(n, lambda base: fixed)
-        run_memo = {}
-        try:
-            meta_args = _to_meta(args, run_memo, value)
-            meta_kwargs = _to_meta(kwargs, run_memo, value)
-            with torch.device("meta"):
-                results.append(func(*meta_args, **meta_kwargs))
-        except Exception as e:
-            if isinstance(run, int):
-                fail(f"it raised {type(e).__name__}: {e}", e)
-            results.append(e)
-        if run == 0:
-            memo = run_memo
-    candidates = {(_proxy.stand_in(n, 0, dict(order)), _proxy.stand_in(n, 1, dict(order))): n
-                  for n in sizes}
-
-    def size(a, b):
-        if a == b:
-            return a
-        if (a, b) in candidates:
-            return candidates[(a, b)]
-        for (p, q), n in candidates.items():   # a multiple of one: 4n
-            if p and a % p == 0 and b * p == a * q:
-                return n * (a // p)
-        fail(f"an output size ({a} or {b} for stand-in sizes) is no input's")
-
-    def zero_one_value(n, fixed):
-        return _proxy.evaluate(n, lambda base: fixed)
-
-    first, second = results[0], results[1]
-    flat0, flat1 = tree_flatten(_plain(first)), tree_flatten(_plain(second))
-    if len(flat0) != len(flat1):
-        fail("its results differ in structure with the size")
-    outputs = []
-    for a, b in zip(flat0, flat1):
-        if isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
-            fail("its results differ in structure with the size")
-        if not isinstance(a, torch.Tensor):
-            if a != b:
-                fail(f"a result ({a} or {b}) follows the size")
-            outputs.append(a)
-            continue
-        if a.ndim != b.ndim or a.dtype != b.dtype or a.stride() != b.stride():
-            fail("its results' layout changes with the size")
-        shape = tuple(size(p, q) for p, q in zip(a.shape, b.shape))
-        outputs.append(_SymbolicMeta(shape, a.dtype, tuple(a.stride()), a.requires_grad))
-    for run, fixed in (("zero", 0), ("one", 1)):   # the shapes at 0 and 1 follow as well
-        got = results[_RUNS.index(run)]
-        if isinstance(got, Exception):
-            continue   # eager raises on no element too: at run time, as the call runs
-        flat = tree_flatten(_plain(got))
-        expected = [tuple(n if isinstance(n, int) else zero_one_value(n, fixed) for n in o.shape)
-                    if isinstance(o, _SymbolicMeta) else None for o in outputs]
-        if [tuple(t.shape) if isinstance(t, torch.Tensor) else None for t in flat] != expected:
-            fail(f"its output shape takes another form when the size is {fixed}")
-    iterator = iter(outputs)
-    result = tree_map(lambda leaf: next(iterator), _plain(first))
-    if isinstance(first, tuple) and type(first) is not tuple and not hasattr(first, "_fields"):
-        result = type(first)(tuple(result))   # torch.return_types
-    return result, memo
 
 
 def _record_function(trace, apply, args, kwargs):
@@ -866,10 +689,6 @@ def _versions_after(node: Node, call: Node) -> list[Node]:
                           grad_enabled=node.grad_enabled))
         defined.add(version.name)
     return nodes
-
-
-def _plain(result):
-    return tuple(result) if isinstance(result, tuple) else result
 
 
 # --- the factory door ----------------------------------------------------------------------------
