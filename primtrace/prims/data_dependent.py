@@ -221,7 +221,10 @@ def _unique_meta(a, sorted=True, return_inverse=False, return_counts=False, dim=
         values = _spec((n,), a.dtype, a.device)
         inverse = _spec(tuple(a.shape), torch.int64, a.device)
     else:
-        values = _spec((*a.shape[:dim], n, *a.shape[dim + 1:]), a.dtype, a.device)
+        # eager's layout: the unique slices outermost (strides stay concrete)
+        moved = contiguous_strides((n, *a.shape[:dim], *a.shape[dim + 1:]))
+        values = TensorSpec((*a.shape[:dim], n, *a.shape[dim + 1:]), a.dtype, a.device,
+                            (*moved[1:dim + 1], moved[0], *moved[dim + 1:]))
         inverse = _spec((a.shape[dim],), torch.int64, a.device)
     counts = _spec((n,), torch.int64, a.device)
     return (values, inverse if return_inverse else None, counts if return_counts else None, n)

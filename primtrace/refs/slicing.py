@@ -279,9 +279,9 @@ def _advanced_item(input, i) -> bool:
 
 
 def mask_item(input, i) -> bool:
-    """A bool mask of one or more dims on input's device (eager selects the elements where it
-    is True: a size known when the trace runs)."""
-    return is_tensor(i) and i.dtype is torch.bool and i.ndim > 0 and i.device == input.device
+    """A bool mask on input's device (eager selects the elements where it is True: a size
+    known when the trace runs; a 0-dim mask masks a new dim of size 1)."""
+    return is_tensor(i) and i.dtype is torch.bool and i.device == input.device
 
 
 def indexable(input, index) -> bool:
@@ -344,7 +344,7 @@ def apply_slicing(input, items):
     of input); integer tensors stay for advanced indexing, as do bool masks (each covering
     as many dims as it has). Returns (view, indices, changed): `indices` lists None or the
     tensor for each dim of the view up to the last tensor (a mask's at its first dim)."""
-    used = builtins.sum(i.ndim if is_tensor(i) and i.dtype is torch.bool and i.ndim else 1
+    used = builtins.sum(i.ndim if is_tensor(i) and i.dtype is torch.bool else 1
                         for i in items if i is not None and i is not Ellipsis)
     if builtins.sum(1 for i in items if i is Ellipsis) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
@@ -368,6 +368,11 @@ def apply_slicing(input, items):
             start, stop, step = _slice_bounds(i, n)
             if not (_known_equal(start, 0) and _known_equal(stop, n) and step == 1):
                 result, changed = slice_dim(result, dim, start, stop, step), True
+            dim += 1
+        elif is_tensor(i) and i.dtype is torch.bool and i.ndim == 0:
+            # a 0-dim mask adds a dim of size 1 that it masks (x[True] keeps x, x[False] none)
+            result, changed = prims.unsqueeze(result, dim), True
+            indices += [None] * (dim - len(indices)) + [prims.broadcast_in_dim(i, (1,), ())]
             dim += 1
         elif is_tensor(i):
             indices += [None] * (dim - len(indices)) + [i]

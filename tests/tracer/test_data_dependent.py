@@ -439,3 +439,24 @@ def test_the_count_of_a_selection_is_defined_in_the_autograd_fallback():
         got[0].backward()
         expected[0].backward()
         assert torch.equal(x.grad, xe.grad)
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_a_zero_dim_mask_masks_a_new_dim(value):
+    """x[torch.tensor(True)] is x with a new dim of size 1, x[torch.tensor(False)] of size 0,
+    reads and writes, 0-dim x included (the conformance samples found them raising)."""
+    m = torch.tensor(value)
+
+    def write(x, v):
+        x = x.clone()
+        x[m] = v
+        return x
+
+    def read(x):
+        return x[m].sum(), x[m], x[m, 1:]
+    for x in (torch.randn(3, 4), torch.randn(())):
+        for v in (5.0, torch.tensor(2.0)):
+            assert torch.equal(primtrace.jit(write)(x, v), write(x, v))
+    x = torch.randn(3, 4)
+    for a, b in zip(primtrace.jit(read)(x), read(x)):
+        assert a.shape == b.shape and a.stride() == b.stride() and torch.equal(a, b)
