@@ -40,11 +40,11 @@ def test_reductions_benchmark_runs():
 
 def test_training_benchmark_runs():
     args = ["--no-compile", "--scale", "0.002", "--rounds", "1", "--time", "0.001",
-            "--only", "W13,W15,W17"]
+            "--only", "W13"]
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "training.py"), *args],
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "| W13 " in done.stdout and "| W17 " in done.stdout and "saved MiB" in done.stdout
+    assert "| W13 " in done.stdout and "saved MiB" in done.stdout
 
 
 def test_saved_bytes_benchmark_runs():

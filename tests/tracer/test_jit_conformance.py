@@ -39,9 +39,9 @@ def jitted(fn, name: str):
     return primtrace.jit(fn, executors=TORCH_ONLY)
 
 
-# CI checks half of each op's samples (the refs' own suites check them all); PRIMTRACE_SLOW=1
+# CI checks a quarter of each op's samples (the refs' own suites check them all); PRIMTRACE_SLOW=1
 # every one.
-SHARE = 1 if os.environ.get("PRIMTRACE_SLOW") == "1" else 2
+SHARE = 1 if os.environ.get("PRIMTRACE_SLOW") == "1" else 4
 
 # Every sample through the torch executor; tests/numba/test_conformance_fused.py runs a
 # slice of the same suites through the default executors (fusion first).
