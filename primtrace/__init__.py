@@ -6,6 +6,7 @@ into inspectable traces and run through pluggable executors.
     primtrace.trace(fn)(*args)         # the trace, without running fn
     primtrace.explain(fn, *args)       # ops that have no ref (run as opaque torch calls)
     primtrace.cache_info(jfn)          # hits, misses, and why each recompile happened
+    primtrace.profile(jfn, *args)      # the time of every node of the cached call
 """
 from primtrace import dtypes  # noqa: F401  (refs and prims load on first use)
 from primtrace.executors import (TORCH, Executor, FusionExecutor, OperatorExecutor, Region,
@@ -13,6 +14,7 @@ from primtrace.executors import (TORCH, Executor, FusionExecutor, OperatorExecut
 from primtrace.ir import Node, Trace
 from primtrace.jit import (CacheInfo, Explanation, JitFunction, cache_info, explain, jit,
                            last_trace, last_traces, trace)
+from primtrace.profiler import Profile, profile
 from primtrace.kernels import clear_kernel_cache, kernel_ptx, kernel_source
 from primtrace.recompiles import Change, Recompile, RecompileWarning
 from primtrace.tracer import DataDependentError, OpaqueOpWarning, TracingError
@@ -35,7 +37,8 @@ def __getattr__(name):
 
 
 __all__ = [
-    "jit", "trace", "last_traces", "last_trace", "explain", "cache_info", "kernel_source",
+    "jit", "trace", "last_traces", "last_trace", "explain", "cache_info", "profile", "Profile",
+    "kernel_source",
     "kernel_ptx", "clear_kernel_cache",
     "Executor", "OperatorExecutor", "FusionExecutor", "Region", "TorchExecutor", "TORCH",
     "default_executors", "JitFunction", "CacheInfo", "Explanation", "Trace", "Node",

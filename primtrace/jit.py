@@ -201,13 +201,29 @@ def _finish(trace: Trace, executors, options, lowered: bool = True) -> list[Trac
 
 def compile_fn(fn, args, kwargs, executors, options) -> Compiled:
     traces = build(fn, args, kwargs, executors, options)
+    run = assemble(traces)
+    specialized = tuple(i for i, p in enumerate(traces[0].inputs)
+                        if isinstance(p, NumberProxy) and p.specialized)
+    guard = traces[0].tags.get("guard")
+    return Compiled(run, traces, specialized, None if guard is None else guard.check,
+                    None if specialized else _tensor_guards(args, kwargs))
+
+
+def assemble(traces: list[Trace], probe=None) -> Callable:
+    """What a cached call runs for `traces` (build's): the execution trace compiled, joined
+    to its backward's through autograd, and to the writes it replays. `probe` times each
+    node (:mod:`primtrace.profiler`); without it the generated sources are kept in the
+    traces' tags."""
     execution = traces[-1]
-    run, source = compile_trace(execution)
-    execution.tags["python"] = source
+    run, source = compile_trace(execution, probe=probe and probe.stage("forward"))
     backward = execution.tags.get("backward")
+    if probe is None:
+        execution.tags["python"] = source
     if backward is not None:
-        backward_run, backward_source = compile_trace(backward[-1])
-        backward[-1].tags["python"] = backward_source
+        backward_run, backward_source = compile_trace(
+            backward[-1], probe=probe and probe.stage("backward"))
+        if probe is None:
+            backward[-1].tags["python"] = backward_source
         run = Plan(run, backward_run, traces[1], traces[0].outputs,
                    traces[0].tags.get("output_rebuild"))
     elif execution.tags.get("without_grad"):
@@ -215,11 +231,7 @@ def compile_fn(fn, args, kwargs, executors, options) -> Compiled:
     replay = traces[0].tags.get("replay")
     if replay is not None:   # Python state the function writes (primtrace.tracer.pystate)
         run = replay.wrap(run)
-    specialized = tuple(i for i, p in enumerate(traces[0].inputs)
-                        if isinstance(p, NumberProxy) and p.specialized)
-    guard = traces[0].tags.get("guard")
-    return Compiled(run, traces, specialized, None if guard is None else guard.check,
-                    None if specialized else _tensor_guards(args, kwargs))
+    return run
 
 
 def _select(entry, leaves):

@@ -120,8 +120,11 @@ def implementation(node: Node):
     return node.executor.implementation(node)
 
 
-def compile_trace(trace: Trace):
-    """A Python function taking the trace's inputs positionally and returning its outputs."""
+def compile_trace(trace: Trace, probe=None):
+    """A Python function taking the trace's inputs positionally and returning its outputs.
+
+    `probe` (:class:`primtrace.profiler.StageProbe`) times every node: ``probe.start()``
+    before its lines, ``probe.stop(i)`` after them."""
     em = _Emitter()
     params = [p.name for p in trace.inputs]
     input_names = set(params)
@@ -147,6 +150,9 @@ def compile_trace(trace: Trace):
                        and p.name not in returned and p.name not in input_names})
         if dead:
             node_lines.append(f"del {', '.join(dead)}")
+        if probe is not None:
+            timer = em.bind(probe, "probe")
+            node_lines = [f"{timer}.start()", *node_lines, f"{timer}.stop({i})"]
         mode = node.grad_enabled if node.grad_enabled is not None and entry_grad is not None \
             and node.grad_enabled != entry_grad else None
         if blocks and blocks[-1][0] == mode:
@@ -175,7 +181,7 @@ def compile_trace(trace: Trace):
     exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - our own generated code
     fn = namespace[_fn_name(trace)]
     fn.__primtrace_source__ = source
-    plain = len(blocks) == 1 and blocks[0][0] is None and len(blocks[0][1]) == 1
+    plain = len(blocks) == 1 and blocks[0][0] is None and len(blocks[0][1]) == 1 and not probe
     return (_forwarded(trace) if plain else None) or fn, source
 
 
