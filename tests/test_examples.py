@@ -57,6 +57,13 @@ def test_fused_adamw():
     assert "speedup vs eager" in out
 
 
+def test_generate():
+    out = run_example("generate.py", "--tokens", "2", "--batch", "2", "--no-compile",
+                      "--no-transformers")
+    assert "tokens equal eager's for every contender" in out
+    assert "primtrace.jit" in out and 'torch.compile(backend="primtrace")' in out
+
+
 @pytest.mark.parametrize("script", ["draw_example.py", "list_refs.py"])
 def test_scripts_run(script, tmp_path):
     args = (["-o", str(tmp_path / "refs.md")] if script == "list_refs.py"
