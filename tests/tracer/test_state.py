@@ -111,7 +111,7 @@ def test_switching_between_train_and_eval_reuses_both_compiles():
 def test_jit_of_a_module_forwards_attributes_to_it():
     m = Block()
     jm = primtrace.jit(m)
-    assert jm.eval() is m and not m.training
+    assert jm.eval() is jm and not m.training   # nn.Module's chaining: the jitted view stays
     assert list(jm.parameters()) == list(m.parameters())
     with pytest.raises(TypeError, match="function or an nn.Module, got int"):
         primtrace.jit(42)
