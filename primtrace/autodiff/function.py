@@ -142,6 +142,11 @@ class Plan:
         self.saved_kinds = [isinstance(p, TensorProxy) for p in bw.saved]
         positions = {p.name: i for i, p in enumerate(forward_trace.inputs)}
         self.wrt = [positions[p.name] for p in bw.wrt]
+        #: (result index, input position) of results that are inputs (``return x``,
+        #: ``x.contiguous()``, a parameter): the caller gets the input itself, as from eager,
+        #: not the view of it that autograd makes of a Function's output that is an input
+        self.passed_through = [(i, positions[p.name]) for i, p in enumerate(results)
+                               if isinstance(p, TensorProxy) and p.name in positions]
         self.differentiated = forward_trace.tags["differentiated"]
         self.random = any("random" in n.symbol.tags for n in self.differentiated.flat_nodes())
         self.writes_inputs = bool(_input_writes(self.differentiated))
@@ -162,6 +167,10 @@ class Plan:
 
     def __call__(self, *inputs):
         results = _TracedFunction.apply(self, inputs, *[inputs[i] for i in self.wrt])
+        if self.passed_through:
+            results = list(results)
+            for i, j in self.passed_through:
+                results[i] = inputs[j]
         out = tree_map(lambda x: results[x.index] if x.__class__ is _Slot else x, self.template)
         return out if self.rebuild is None else self.rebuild(out)
 

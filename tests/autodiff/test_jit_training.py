@@ -333,3 +333,38 @@ def test_create_graph_keeps_eager_tie_conventions():
         results.append((g.detach(), torch.autograd.grad(g.sum(), x)[0]))
     for a, e in zip(*results):
         torch.testing.assert_close(a, e)
+
+
+@pytest.mark.parametrize("call", [
+    lambda w, ids: F.embedding(ids, w, padding_idx=0),
+    lambda w, ids: F.embedding(ids, w, padding_idx=-1),
+    lambda w, ids: torch.embedding(w, ids, 2),
+    lambda w, ids: torch.embedding(w, ids),
+    lambda w, ids: F.embedding(ids, w, scale_grad_by_freq=True),
+], ids=["padding_idx", "negative padding_idx", "torch.embedding padding_idx", "no padding",
+        "scale_grad_by_freq"])
+def test_embedding_gradient_skips_the_padding_row(call):
+    """The rows read at padding_idx carry no gradient (the padding row's stays 0: the fused
+    backward gave it the cotangents of its reads); scale_grad_by_freq runs torch's op."""
+    torch.manual_seed(0)
+    w = torch.randn(5, 3, requires_grad=True)
+    ids = torch.tensor([[0, 1, 1], [2, 0, 4], [4, 4, 2]])
+    grads = []
+    for fn in (primtrace.jit(lambda w, ids: call(w, ids).sin().sum()),
+               lambda w, ids: call(w, ids).sin().sum()):
+        grads.append(torch.autograd.grad(fn(w, ids), w)[0])
+    torch.testing.assert_close(*grads)
+
+
+def test_a_result_that_is_an_input_is_the_input():
+    """``return x`` (or ``x.contiguous()``, a parameter) gives the caller the input itself,
+    as eager does, not the view autograd makes of a Function's output that is an input."""
+    x, w = torch.randn(3, 4, requires_grad=True), torch.randn(4, requires_grad=True)
+    for f in (lambda x, w: (x, x * w), lambda x, w: (x.contiguous(), w * 2),
+              lambda x, w: (w, x.to(torch.float32) * w)):
+        got, want = primtrace.jit(f)(x, w), f(x, w)
+        assert [a is b for a, b in zip(got, want)] == [True, False]
+        assert type(got[1].grad_fn).__name__ == "_TracedFunctionBackward"
+        gots = torch.autograd.grad([(t * (i + 1.5)).sin().sum() for i, t in enumerate(got)], (x, w))
+        wants = torch.autograd.grad([(t * (i + 1.5)).sin().sum() for i, t in enumerate(want)], (x, w))
+        torch.testing.assert_close(gots, wants)
