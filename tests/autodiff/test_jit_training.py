@@ -368,3 +368,28 @@ def test_a_result_that_is_an_input_is_the_input():
         gots = torch.autograd.grad([(t * (i + 1.5)).sin().sum() for i, t in enumerate(got)], (x, w))
         wants = torch.autograd.grad([(t * (i + 1.5)).sin().sum() for i, t in enumerate(want)], (x, w))
         torch.testing.assert_close(gots, wants)
+
+
+def test_training_under_autocast_runs_torchs_ops_as_eager():
+    """primtrace's traces do not model autocast: a call that needs gradients under autocast
+    falls back to torch's ops (eager's casts, values and gradients; the fused trace gave
+    values off by 0.3 and a backward that failed on mixed dtypes), and a fused entry
+    compiled without autocast refuses a call under it instead of computing wrong values."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 6), nn.GELU(), nn.LayerNorm(6), nn.Linear(6, 2))
+    eager = copy.deepcopy(model)
+    x = torch.randn(4, 6)
+    jm = primtrace.jit(model)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got, want = jm(x), eager(x)
+    assert "autocast" in primtrace.last_traces(jm)[1].tags["fallback"]
+    assert got.dtype == want.dtype == torch.bfloat16
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    got.float().pow(2).sum().backward()
+    want.float().pow(2).sum().backward()
+    for p, e in zip(model.parameters(), eager.parameters()):
+        torch.testing.assert_close(p.grad, e.grad)
+    fused = primtrace.jit(model)
+    fused(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(RuntimeError, match="autocast"):
+        fused(x)
