@@ -216,7 +216,6 @@ class _TracedFunction(torch.autograd.Function):
             return (None, None, *_replayed_gradients(ctx, grads))
         tensors, numbers = iter(ctx.saved_tensors), iter(ctx.numbers)
         saved = [next(tensors) if is_tensor else next(numbers) for is_tensor in plan.saved_kinds]
-        del ctx.numbers
         cotangents = [_laid_out(grads[i], strides) for i, strides in plan.cotangents]
         return (None, None, *plan.backward(*saved, *cotangents))
 

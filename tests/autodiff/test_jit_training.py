@@ -393,3 +393,20 @@ def test_training_under_autocast_runs_torchs_ops_as_eager():
     fused(x)
     with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(RuntimeError, match="autocast"):
         fused(x)
+
+
+def test_backward_twice_with_retain_graph():
+    """retain_graph=True: the fused backward runs again (its saved numbers were dropped after
+    the first run: AttributeError)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 6), nn.Tanh(), nn.Linear(6, 2))
+    eager = copy.deepcopy(model)
+    x = torch.randn(4, 6)
+    for fn in (primtrace.jit(model), eager):
+        out = fn(x)
+        loss = out.pow(2).mean()
+        loss.backward(retain_graph=True)
+        loss.backward(retain_graph=True)
+        out.sum().backward()
+    for p, e in zip(model.parameters(), eager.parameters()):
+        torch.testing.assert_close(p.grad, e.grad)
