@@ -410,3 +410,15 @@ def test_backward_twice_with_retain_graph():
         out.sum().backward()
     for p, e in zip(model.parameters(), eager.parameters()):
         torch.testing.assert_close(p.grad, e.grad)
+
+
+@pytest.mark.parametrize("cls", [nn.GRU, nn.LSTM])
+def test_an_opaque_call_differentiates_the_tensors_in_its_list_arguments(cls):
+    """torch.gru/torch.lstm (no ref: opaque calls) take their weights as a list: those got no
+    gradient (zeros, silently), only the input did."""
+    torch.manual_seed(0)
+    rnn = cls(3, 2, num_layers=2, batch_first=True, bidirectional=True)
+    x = torch.randn(2, 4, 3, requires_grad=True)
+    got = torch.autograd.grad(primtrace.jit(rnn)(x)[0].pow(2).sum(), [x, *rnn.parameters()])
+    want = torch.autograd.grad(rnn(x)[0].pow(2).sum(), [x, *rnn.parameters()])
+    torch.testing.assert_close(got, want)
