@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import itertools
 import threading
+import types
 from typing import Callable, NamedTuple
 
 import torch
@@ -504,6 +505,70 @@ class JitFunction(functools.partial):
         return f"<primtrace.jit of {getattr(self._fn, '__qualname__', self._fn)!r}>"
 
 
+class JitModule(JitFunction, torch.nn.Module):
+    """What ``jit`` returns for an ``nn.Module``: its JitFunction, and an ``nn.Module`` that is
+    a view of the module (as torch.compile's OptimizedModule, without the ``_orig_mod.``
+    prefix): parameters, buffers, submodules, ``state_dict`` keys, ``train``/``eval``,
+    ``zero_grad``, hooks and attributes are the module's own, so that code taking a module
+    (DistributedDataParallel, optimizers, checkpoints) takes it; calling it (or ``forward``)
+    runs the compiled call.
+
+    ``nn.Module.__init__`` never runs: the module's state is not copied but reached (reads
+    of what the view lacks go to the module, :meth:`JitFunction.__getattr__`), and every
+    method nn.Module defines runs as the module's own (so a subclass's override, such as
+    BatchNorm's ``_load_from_state_dict``, applies); a method returning the module returns
+    the view. Writes go to the module, except to the JitFunction's own attributes."""
+
+    def __new__(cls, fn: torch.nn.Module, executors=None, **options):
+        self = super().__new__(cls, fn, executors, **options)
+        object.__setattr__(self, "_built", True)   # from now on, new attributes are the module's
+        return self
+
+    def __init__(self, *args, **kwargs):   # __new__ did the work
+        pass
+
+    def __setattr__(self, name, value):
+        if name in self.__dict__ or "_built" not in self.__dict__:
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self._fn, name, value)
+
+    def __delattr__(self, name):
+        if name in self.__dict__:
+            object.__delattr__(self, name)
+        else:
+            delattr(self._fn, name)
+
+    def forward(self, *args, **kwargs):
+        return self(*args, **kwargs)
+
+    _call_impl = _wrapped_call_impl = _slow_forward = forward
+
+
+def _module_method(name: str):
+    def method(self, *args, **kwargs):
+        module = self._fn
+        out = getattr(module, name)(*args, **kwargs)
+        return self if out is module else out
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"The module's own ``{name}`` (a module it returns: this view)."
+    return method
+
+
+def _module_attribute(name: str):
+    return property(lambda self: getattr(self._fn, name),
+                    lambda self, value: setattr(self._fn, name, value),
+                    doc=f"The module's ``{name}``.")
+
+
+for _name, _value in vars(torch.nn.Module).items():
+    if _name.startswith("__") or _name in vars(JitModule):
+        continue
+    setattr(JitModule, _name, _module_method(_name) if isinstance(_value, types.FunctionType)
+            else _module_attribute(_name))
+del _name, _value
+
+
 def _with_variant(slot, compiled: Compiled):
     """The cache slot after adding `compiled`: itself, or one more guarded variant."""
     if compiled.guard is None:
@@ -519,8 +584,9 @@ def jit(fn: Callable | None = None, *, executors=None, **options):
     Options: see :data:`OPTIONS`.
     """
     if fn is None:
-        return lambda f: JitFunction(f, executors, **options)
-    return JitFunction(fn, executors, **options)
+        return lambda f: jit(f, executors=executors, **options)
+    cls = JitModule if isinstance(fn, torch.nn.Module) else JitFunction
+    return cls(fn, executors, **options)
 
 
 def _jitted(jfn) -> JitFunction:

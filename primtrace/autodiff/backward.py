@@ -249,13 +249,17 @@ def _opaque_vjp(node: Node, g, active: set, cotangent: dict) -> tuple:
         raise NotDifferentiableError(f"{node.symbol.qualname}: an opaque call that writes in "
                                      f"place")
     wrt = [i for i, a in enumerate(node.args) if isinstance(a, Proxy) and a.name in active]
+    wrt += [(i, j) for i, a in enumerate(node.args) if isinstance(a, (list, tuple))
+            for j, x in enumerate(a) if isinstance(x, Proxy) and x.name in active]   # gru's weights
     wrt += [k for k, a in node.kwargs.items() if isinstance(a, Proxy) and a.name in active]
     grads = dict(zip(wrt, prims.library_vjp(node.symbol, g, tuple(node.args), tuple(wrt),
                                             node.kwargs)))
     for k in wrt:
         if type(k) is str:
             _accumulate(cotangent, node.kwargs[k], grads[k])
-    return tuple(grads.get(i) for i in range(len(node.args)))
+    return tuple([grads.get((i, j)) for j in range(len(a))]
+                 if isinstance(a, (list, tuple)) else grads.get(i)
+                 for i, a in enumerate(node.args))
 
 
 def _accumulate(cotangent: dict, p: Proxy, grad) -> None:

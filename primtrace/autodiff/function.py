@@ -36,6 +36,7 @@ from primtrace.tracer.autograd_calls import needs_torch_autograd
 from primtrace.tracer.capture import DataDependentError
 
 _Tensor = torch.Tensor
+_any_autocast = torch._C._is_any_autocast_enabled
 
 
 class Fallback(Exception):
@@ -58,6 +59,9 @@ def split(prims: Trace, wrt: list[TensorProxy], policy: str = "min_cut"):
     What is saved and what the backward recomputes is :func:`partition`'s `policy`: values
     the caller holds anyway (state such as parameters, and the results) cost nothing to
     save; arguments cost their bytes, as activations do."""
+    if _any_autocast():
+        raise Fallback("autocast is on: primtrace's traces do not model its casts (torch's ops "
+                       "make them, as in eager)")
     _check_writes(prims, wrt)
     for node in prims.nodes:
         reason = needs_torch_autograd(node)
@@ -146,6 +150,11 @@ class Plan:
         self.saved_kinds = [isinstance(p, TensorProxy) for p in bw.saved]
         positions = {p.name: i for i, p in enumerate(forward_trace.inputs)}
         self.wrt = [positions[p.name] for p in bw.wrt]
+        #: (result index, input position) of results that are inputs (``return x``,
+        #: ``x.contiguous()``, a parameter): the caller gets the input itself, as from eager,
+        #: not the view of it that autograd makes of a Function's output that is an input
+        self.passed_through = [(i, positions[p.name]) for i, p in enumerate(results)
+                               if isinstance(p, TensorProxy) and p.name in positions]
         self.differentiated = forward_trace.tags["differentiated"]
         self.random = any("random" in n.symbol.tags for n in self.differentiated.flat_nodes())
         self.writes_inputs = bool(_input_writes(self.differentiated))
@@ -165,7 +174,17 @@ class Plan:
         return self._replay(*inputs)
 
     def __call__(self, *inputs):
+        if _any_autocast():   # the fused traces' dtypes are autocast's no longer: wrong values
+            raise RuntimeError(
+                "primtrace: this call runs under autocast, but the jitted function's cached "
+                "trace for these inputs was compiled without it (primtrace's fused traces do not "
+                "model autocast, and the cache does not tell the two apart yet); use autocast "
+                "from the first call on, or a separate primtrace.jit for autocast calls")
         results = _TracedFunction.apply(self, inputs, *[inputs[i] for i in self.wrt])
+        if self.passed_through:
+            results = list(results)
+            for i, j in self.passed_through:
+                results[i] = inputs[j]
         out = tree_map(lambda x: results[x.index] if x.__class__ is _Slot else x, self.template)
         return out if self.rebuild is None else self.rebuild(out)
 
@@ -201,7 +220,6 @@ class _TracedFunction(torch.autograd.Function):
             return (None, None, *_replayed_gradients(ctx, grads))
         tensors, numbers = iter(ctx.saved_tensors), iter(ctx.numbers)
         saved = [next(tensors) if is_tensor else next(numbers) for is_tensor in plan.saved_kinds]
-        del ctx.numbers
         cotangents = [_laid_out(grads[i], strides) for i, strides in plan.cotangents]
         return (None, None, *plan.backward(*saved, *cotangents))
 

@@ -65,15 +65,24 @@ convolution_backward = Symbol(
 
 
 def _argument(args, kwargs, key):
-    """The argument `key` names: a position in args, or a keyword."""
+    """The argument `key` names: a position in args, a keyword, or (position, index) of an
+    item of a list argument (torch.gru's weights)."""
+    if type(key) is tuple:
+        return args[key[0]][key[1]]
     return args[key] if type(key) is int else (kwargs or {})[key]
+
+
+def _is_key(k) -> bool:
+    return type(k) in (int, str) or (type(k) is tuple and len(k) == 2 and
+                                     all(type(i) is int for i in k))
 
 
 def _library_vjp_meta(op, g, args, wrt, kwargs=None):
     if not (type(op) is str or callable(op)) or not isinstance(args, tuple) or not all(
-            type(k) in (int, str) and is_tensor(_argument(args, kwargs, k)) for k in wrt):
+            _is_key(k) and is_tensor(_argument(args, kwargs, k)) for k in wrt):
         raise PrimContractError("prims.library_vjp: a prim name or a callable, its argument "
-                                "tuple and the positions (or keywords) of tensor arguments")
+                                "tuple and the positions (or keywords, or (position, index) "
+                                "in a list) of tensor arguments")
     return tuple(_like(_argument(args, kwargs, k)) for k in wrt)
 
 
@@ -83,9 +92,15 @@ def _library_vjp_impl(op, g, args, wrt, kwargs=None):
     run = getattr(op, "impl", op)   # an opaque call's symbol, or the torch function itself
     with torch.enable_grad():
         args, kwargs = list(args), dict(kwargs or {})
+        lists = {k[0]: type(args[k[0]]) for k in wrt if type(k) is tuple}
+        for i in lists:
+            args[i] = list(args[i])
         for k in wrt:
-            where = args if type(k) is int else kwargs
+            where, k = (args[k[0]], k[1]) if type(k) is tuple else (
+                args if type(k) is int else kwargs, k)
             where[k] = where[k].detach().requires_grad_(True)
+        for i, kind in lists.items():
+            args[i] = kind(args[i])
         out = run(*args, **kwargs)
         pairs = [(o, c) for o, c in zip(tree_flatten(out), tree_flatten(g)) if c is not None]
         leaves = [_argument(args, kwargs, k) for k in wrt]

@@ -479,13 +479,18 @@ def _tensor_type(t) -> str:
 
 
 # --- torch.embedding: F.embedding's kernel, weight first ---------------------------------------
-@ref
+def _embedding_declines(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    return bool(scale_grad_by_freq) or bool(sparse)   # their gradients: torch runs them
+
+
+@ref(declines=_embedding_declines)
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
     """weight's rows at `indices` (torch.embedding's argument order; F.embedding's is
-    refs.nn.functional.embedding): shape indices.shape + (embedding_dim,)."""
+    refs.nn.functional.embedding): shape indices.shape + (embedding_dim,); the rows read at
+    `padding_idx` (F.embedding's, made non-negative; -1: none) carry no gradient."""
     from primtrace.refs.nn.composites import embedding_rows
     require_tensors("embedding", weight=weight, indices=indices)
-    return embedding_rows(weight, indices)
+    return embedding_rows(weight, indices, None if padding_idx < 0 else padding_idx)
 
 
 __all__ = exports(globals())

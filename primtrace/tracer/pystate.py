@@ -528,6 +528,8 @@ def find_proxy(roots, limit: int = 4 * _MAX_OBJECTS):
         elif t is dict:
             seen.add(id(v))
             todo += [(f"{label}[{k!r}]", x, depth + 1) for k, x in v.items()]
+        elif type(v).__module__.startswith("primtrace."):
+            continue   # primtrace's own objects (a jitted function's cached traces) hold proxies
         elif isinstance(v, torch.nn.Module):
             seen.add(id(v))
             todo += [(f"{label}.{k}", x, depth + 1) for k, x in _module_attributes(v).items()]
@@ -538,8 +540,6 @@ def find_proxy(roots, limit: int = 4 * _MAX_OBJECTS):
                 seen.add(id(v))   # a user's module named by a global: its own globals
                 todo += [(f"{label}.{k}", x, depth + 1) for k, x in vars(v).items()
                          if not k.startswith("__")]
-        elif type(v).__module__.startswith("primtrace."):
-            continue   # primtrace's own objects (a jitted function's cached traces) hold proxies
         elif not isinstance(v, (types.FunctionType, types.MethodType)):
             seen.add(id(v))
             d = plain_dict(v)

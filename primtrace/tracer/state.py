@@ -93,6 +93,18 @@ def _recording_setattr(self, name, value):
     _original_setattr(self, name, value)
 
 
+_original_init = _Module.__init__
+
+
+def _recording_init(self, *args, **kwargs):
+    """A module the traced code makes (``loss_fct = CrossEntropyLoss()`` in a forward) is
+    made again on every call: its attributes are not state, reading or writing them."""
+    recorder = _active.get()
+    if recorder is not None:
+        recorder.created[id(self)] = self
+    _original_init(self, *args, **kwargs)
+
+
 _patch_lock = threading.Lock()
 _patch_users = 0
 
@@ -107,6 +119,7 @@ def _module_patches():
             _Module.__getattribute__ = _recording_getattribute
             _Module.__getattr__ = _recording_getattr
             _Module.__setattr__ = _recording_setattr
+            _Module.__init__ = _recording_init
         _patch_users += 1
     try:
         yield
@@ -117,6 +130,7 @@ def _module_patches():
                 del _Module.__getattribute__
                 _Module.__getattr__ = _original_getattr
                 _Module.__setattr__ = _original_setattr
+                _Module.__init__ = _original_init
 
 
 _acquire_code = None   # the tracer's frame that runs the traced function: walks stop there
@@ -277,15 +291,18 @@ class StateRecorder:
         self.writes: list = []               # (module, name, existed, old value) assigned
         self._globals: list | None = None    # _global_reads, once computed
         self.value_reads: list = []          # (tensor, its values) a ref read as numbers
+        self.created: dict = {}              # id -> module the traced code made (no state)
 
     # recording ---------------------------------------------------------------------------
     def module_read(self, owner, store, name, value) -> None:
         if store == "__dict__" and name in _MACHINERY and name != "training" and \
-                name not in _STRUCTURE and not name.endswith("hooks"):
+                name not in _STRUCTURE and not name.endswith("hooks") or id(owner) in self.created:
             return
         self.reads.setdefault((id(owner), store, name), (owner, store, name, value))
 
     def module_write(self, owner, name) -> None:
+        if id(owner) in self.created:
+            return
         d = _object_getattribute(owner, "__dict__")
         for store in (*_STRUCTURE, None):
             table = d if store is None else d.get(store, {})

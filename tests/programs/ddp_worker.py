@@ -3,7 +3,8 @@
     python tests/programs/ddp_worker.py RANK WORLD_SIZE STORE_FILE OUT_FILE
 
 Every rank builds the same models (same seed) and trains them on its own data (a generator
-seeded by the rank) a few optimizer steps, with eager DDP, ``DDP(primtrace.jit(model))``
+seeded by the rank) a few optimizer steps (the optimizer over ``ddp.parameters()``,
+``ddp.zero_grad()``), with eager DDP, ``DDP(primtrace.jit(model))``
 and ``torch.compile(DDP(model), backend="primtrace")``, then saves per case and mode the
 final parameters, the loss of each step, the type of the output's ``grad_fn`` and what
 primtrace says about its traces (fallback reasons, whether a fused backward exists) to
@@ -115,11 +116,11 @@ def run(case, mode, rank, **ddp_options):
         wrapped.eval()
         module_api = {"parameters": len(list(wrapped.parameters())),
                       "state_dict": sorted(wrapped.state_dict()), "eval": not model.training}
-        wrapped.train()
-    optimizer = make_optimizer(model.parameters())
+        module_api["train"] = wrapped.train() is wrapped and model.training
+    optimizer = make_optimizer(wrapped.parameters())   # as users write it
     losses, grad_fns = [], []
     for x, target in data:
-        optimizer.zero_grad()
+        wrapped.zero_grad()
         args = (x,) if case is mlp_case else (x, target)
         out = wrapped(*args)
         grad_fns.append(_grad_fns(out if case is mlp_case else out[0]))
@@ -130,6 +131,9 @@ def run(case, mode, rank, **ddp_options):
     result = {"params": {n: p.detach().clone() for n, p in model.named_parameters()},
               "losses": losses, "grad_fns": grad_fns}
     if mode != "compile":
+        module_api["grads"] = all(p.grad is not None for p in model.parameters())
+        wrapped.zero_grad()
+        module_api["zero_grad"] = all(p.grad is None for p in model.parameters())
         result["module_api"] = module_api
     if jitted is not None:
         traces = primtrace.last_traces(jitted)

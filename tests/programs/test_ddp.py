@@ -6,9 +6,9 @@ with eager DDP's parameters (to f32 fused rounding), the ranks end equal (DDP's 
 hooks averaged primtrace's gradients), and every call ran primtrace's fused forward and
 backward (no fallback to torch's autograd). One launch of the two ranks runs every case.
 
-``primtrace.jit(model)`` is not an ``nn.Module``: DDP keeps it as a plain attribute, so the
-optimizer takes ``model.parameters()`` (``ddp.parameters()`` is empty) and ``zero_grad``,
-``train``/``eval`` and ``state_dict`` go to the model itself, not through DDP.
+``primtrace.jit(model)`` is an ``nn.Module`` viewing the model (:class:`primtrace.jit.JitModule`):
+DDP registers it as its ``module``, so ``ddp.parameters()``, ``state_dict()`` (the keys eager
+DDP has), ``train()``/``eval()`` and ``zero_grad()`` reach the model.
 """
 import os
 import subprocess
@@ -98,9 +98,8 @@ def test_calls_run_primtraces_autograd_function(ranks):
     assert len(results["mlp split graph", "compile"]["fallbacks"]) >= 2   # DDPOptimizer cut it
 
 
-@pytest.mark.xfail(strict=True, reason="primtrace.jit(model) is not an nn.Module: DDP keeps it "
-                   "as a plain attribute, so its parameters(), state_dict(), train()/eval() and "
-                   "zero_grad() do not reach the model")
 def test_ddp_module_methods_reach_the_jitted_model(ranks):
     results = ranks[0]
-    assert results["mlp", "jit"]["module_api"] == results["mlp", "eager"]["module_api"]
+    for case in ("mlp", "gpt"):
+        assert results[case, "jit"]["module_api"] == results[case, "eager"]["module_api"]
+        assert results[case, "jit"]["module_api"]["parameters"] > 0

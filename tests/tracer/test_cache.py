@@ -386,3 +386,55 @@ def test_a_jitted_function_calling_another_with_cached_traces_compiles_again():
     lin.forward = primtrace.jit(lin.forward)
     for n in (2, 5):
         assert lin(torch.randn(n, 3)).shape == (n, 3)
+
+
+def test_a_jitted_module_is_an_nn_module_viewing_the_module():
+    """``jit(module)`` is an nn.Module (DDP, optimizers and checkpoints take it) whose
+    parameters, buffers, state_dict keys, mode, grads and attributes are the module's own."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
+    jm = primtrace.jit(model)
+    assert isinstance(jm, torch.nn.Module) and isinstance(jm, primtrace.JitFunction)
+    assert list(jm.state_dict()) == list(model.state_dict())
+    assert [p for p in jm.parameters()] == list(model.parameters())
+    assert dict(jm.named_buffers()).keys() == dict(model.named_buffers()).keys()
+    assert jm.eval() is jm and not model.training and not jm.training
+    assert jm.train() is jm and model.training
+    x = torch.randn(3, 4)
+    jm(x).sum().backward()
+    assert all(p.grad is not None for p in model.parameters())
+    jm.zero_grad()
+    assert all(p.grad is None for p in model.parameters())
+    jm.load_state_dict({k: torch.ones_like(v) for k, v in model.state_dict().items()})
+    assert torch.equal(model[1].running_var, torch.ones(4))
+    jm.scale, jm.extra = 2.0, torch.nn.Linear(2, 2)   # writes go to the module
+    assert model.scale == 2.0 and "extra" in dict(model.named_children())
+    del jm.extra
+    assert "extra" not in dict(model.named_children())
+    torch.testing.assert_close(jm.forward(x), model(x))
+    assert primtrace.cache_info(jm).misses == 1
+
+
+def test_a_jitted_module_inside_a_module_traced_by_jit():
+    """A JitModule registered as a submodule: the outer module's state_dict sees through it,
+    and jitting the outer module inlines it (outputs and grads as eager's)."""
+    class Outer(torch.nn.Module):
+        def __init__(self, block):
+            super().__init__()
+            self.block, self.head = block, torch.nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.head(self.block(x).relu())
+    torch.manual_seed(0)
+    block = torch.nn.Linear(4, 4)
+    outer = Outer(primtrace.jit(block))
+    assert list(outer.state_dict()) == ["block.weight", "block.bias", "head.weight", "head.bias"]
+    x = torch.randn(3, 4)
+    expected = outer(x)
+    expected.sum().backward()
+    want = block.weight.grad.clone()
+    block.weight.grad = None
+    got = primtrace.jit(outer)(x)
+    got.sum().backward()
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(block.weight.grad, want)

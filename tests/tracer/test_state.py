@@ -111,7 +111,7 @@ def test_switching_between_train_and_eval_reuses_both_compiles():
 def test_jit_of_a_module_forwards_attributes_to_it():
     m = Block()
     jm = primtrace.jit(m)
-    assert jm.eval() is m and not m.training
+    assert jm.eval() is jm and not m.training   # nn.Module's chaining: the jitted view stays
     assert list(jm.parameters()) == list(m.parameters())
     with pytest.raises(TypeError, match="function or an nn.Module, got int"):
         primtrace.jit(42)
@@ -256,3 +256,37 @@ def test_backward_inside_a_jitted_function_is_a_clear_error():
         return loss
     with pytest.raises(TracingError, match="backward outside"):
         primtrace.jit(step)(torch.randn(2, 3))
+
+
+def test_a_module_made_by_the_traced_code_is_not_state():
+    """``loss_fct = nn.CrossEntropyLoss()`` inside forward (transformers' heads): the new
+    module's attributes, written by its __init__ and read by its forward, are not state
+    (it raised 'CrossEntropyLoss.reduction was assigned while tracing'); storing it on the
+    traced module still is a side effect."""
+    class Head(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(6, 4)
+
+        def forward(self, x, labels):
+            loss_fct = nn.CrossEntropyLoss(label_smoothing=0.1)
+            return loss_fct(self.fc(x), labels)
+
+    torch.manual_seed(0)
+    m = Head()
+    jm = primtrace.jit(m)
+    labels = torch.tensor([0, 3, 1])
+    for _ in range(2):
+        x = torch.randn(3, 6)
+        got, want = jm(x, labels), m(x, labels)
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(torch.autograd.grad(got, m.fc.weight),
+                                   torch.autograd.grad(want, m.fc.weight))
+    assert primtrace.cache_info(jm).misses == 1
+
+    class Keeps(nn.Module):
+        def forward(self, x):
+            self.act = nn.ReLU()
+            return self.act(x)
+    with pytest.raises(TracingError, match="Keeps.act was assigned while tracing"):
+        primtrace.jit(Keeps())(torch.randn(3))

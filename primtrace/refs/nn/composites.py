@@ -96,8 +96,11 @@ def linear(input, weight, bias=None):
     return maybe_convert(total, y.dtype)
 
 
-def _embedding_declines(input, weight, padding_idx=None, max_norm=None, *args, **kwargs):
-    return max_norm is not None
+def _embedding_declines(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
+                        scale_grad_by_freq=False, sparse=False):
+    """max_norm writes weight; scale_grad_by_freq and sparse change its gradient (scaled by
+    each index's count, a sparse tensor): torch runs those."""
+    return max_norm is not None or bool(scale_grad_by_freq) or bool(sparse)
 
 
 @ref(module=MODULE, declines=_embedding_declines)
@@ -111,13 +114,16 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
             assert padding_idx < weight.shape[0], "Padding_idx must be within num_embeddings"
         elif padding_idx < 0:
             assert padding_idx >= -weight.shape[0], "Padding_idx must be within num_embeddings"
+            padding_idx = weight.shape[0] + padding_idx
     if max_norm is not None:
         raise NotImplementedError("primtrace: embedding(max_norm=) renormalizes weight in place; "
                                   "torch runs it")
-    return embedding_rows(weight, input)
+    return embedding_rows(weight, input, padding_idx)
 
 
-def embedding_rows(weight, indices):
+def embedding_rows(weight, indices, padding_idx=None):
+    """The rows; those read at `padding_idx` carry no gradient (eager's embedding backward
+    leaves the padding row's gradient 0)."""
     if weight.ndim != 2:
         raise RuntimeError("'weight' must be 2-D")
     if indices.dtype not in (torch.int64, torch.int32):
@@ -125,7 +131,14 @@ def embedding_rows(weight, indices):
                            f"following scalar types: Long, Int; but got "
                            f"{_legacy_type(indices.dtype)} instead (while checking arguments "
                            f"for embedding)")
-    return prims.index_select(weight, 0, indices)
+    rows = prims.index_select(weight, 0, indices)
+    if padding_idx is None:
+        return rows
+
+    def pieces():
+        kept = refs.ne(indices, padding_idx)
+        return [(refs.expand(refs.unsqueeze(kept, -1), tuple(rows.shape)), rows)]
+    return with_gradient(rows, pieces)
 
 
 def _legacy_type(dtype) -> str:
