@@ -12,7 +12,7 @@ from primtrace import dtypes  # noqa: F401  (refs and prims load on first use)
 from primtrace.executors import (TORCH, Executor, FusionExecutor, OperatorExecutor, Region,
                                  TorchExecutor, default_executors)
 from primtrace.ir import Node, Trace
-from primtrace.jit import (CacheInfo, Explanation, JitFunction, cache_info, explain, jit,
+from primtrace.jit import (AutocastWarning, CacheInfo, Explanation, JitFunction, cache_info, explain, jit,
                            last_trace, last_traces, trace)
 from primtrace.profiler import Profile, profile
 from primtrace.kernels import clear_kernel_cache, kernel_ptx, kernel_source
@@ -40,7 +40,7 @@ __all__ = [
     "jit", "trace", "last_traces", "last_trace", "explain", "cache_info", "profile", "Profile",
     "kernel_source",
     "kernel_ptx", "clear_kernel_cache",
-    "Executor", "OperatorExecutor", "FusionExecutor", "Region", "TorchExecutor", "TORCH",
+    "AutocastWarning", "Executor", "OperatorExecutor", "FusionExecutor", "Region", "TorchExecutor", "TORCH",
     "default_executors", "JitFunction", "CacheInfo", "Explanation", "Trace", "Node",
     "TracingError", "DataDependentError", "OpaqueOpWarning", "dynamo_backend",
     "Recompile", "Change", "RecompileWarning",

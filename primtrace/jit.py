@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import itertools
 import threading
+import warnings
 import types
 from typing import Callable, NamedTuple
 
@@ -49,6 +50,7 @@ from primtrace.tracer.passes import optimize
 
 _Tensor = torch.Tensor
 _get_default_dtype, _is_grad_enabled = torch.get_default_dtype, torch.is_grad_enabled
+_any_autocast = torch._C._is_any_autocast_enabled
 try:   # what Dynamo checks tensors with; without it the hit path computes the key
     from torch._C._dynamo.guards import TensorGuards as _TensorGuards
 except ImportError:
@@ -57,6 +59,10 @@ try:   # built from primtrace/_hitpath.c at install; optional
     from primtrace._hitpath import HitPath as _CHitPath
 except ImportError:
     _CHitPath = None
+
+class AutocastWarning(UserWarning):
+    """A jitted function was called under torch.autocast: the call runs eagerly."""
+
 
 #: jit options and their defaults.
 OPTIONS = {
@@ -271,7 +277,7 @@ class HitPath(NamedTuple):
 
 
 def _c_hit_path() -> HitPath:
-    path = _CHitPath(_is_grad_enabled, _get_default_dtype)
+    path = _CHitPath(_is_grad_enabled, _get_default_dtype, _any_autocast)
     return HitPath(path, path.remember, lambda slow: setattr(path, "slow", slow),
                    lambda: path.hits)
 
@@ -289,7 +295,8 @@ def _python_hit_path() -> HitPath:
             hit = check(*args)
         except TypeError:   # another number of arguments
             hit = False
-        if hit and not kwargs and _is_grad_enabled() is grad_mode and _get_default_dtype() is dtype:
+        if (hit and not kwargs and _is_grad_enabled() is grad_mode
+                and _get_default_dtype() is dtype and not _any_autocast()):
             if guard is None:
                 next(hits)
                 return fn(*args)
@@ -355,6 +362,7 @@ class JitFunction(functools.partial):
         self._evicted: dict = {}   # hashes of keys evicted lately (a recompile reason)
         self._last: list[Trace] | None = None
         self._recent: Compiled | None = None   # what the hit path checks first
+        self._warned_autocast = False
         self._path = path
         path.set_slow(self._lookup)
         if isinstance(fn, torch.nn.Module):   # attributes stay the module's (see __getattr__)
@@ -383,6 +391,8 @@ class JitFunction(functools.partial):
 
     def _lookup(self, args: tuple, kwargs: dict):
         """A call the hit path did not serve: the keyed cache, then a compile."""
+        if _any_autocast():
+            return self._under_autocast(args, kwargs)
         if not kwargs:  # the common case inlined: plain tensors only (same key as cache_key)
             key = [_get_default_dtype(), _is_grad_enabled()]
             for x in args:
@@ -404,6 +414,17 @@ class JitFunction(functools.partial):
             next(self._hits)
             return entry.fn(*leaves)
         return self._call(entry, key, leaves, args, kwargs)
+
+    def _under_autocast(self, args, kwargs):
+        """A call under ``torch.autocast`` runs the function as written: primtrace's traces do
+        not model autocast's casts (a trace would compute in the inputs' dtypes, or the
+        fused backward meet mixed ones). Said once per function."""
+        if not self._warned_autocast:
+            self._warned_autocast = True
+            warnings.warn(f"{self!r} is called under torch.autocast, which primtrace's traces "
+                          f"do not model: such calls run the function eagerly, as written",
+                          AutocastWarning, stacklevel=3)
+        return self._fn(*args, **kwargs)
 
     def _call(self, entry, key, leaves, args, kwargs):
         """The slow part of a call: guarded or specialized entries, then a compile."""

@@ -36,7 +36,6 @@ from primtrace.tracer.autograd_calls import needs_torch_autograd
 from primtrace.tracer.capture import DataDependentError
 
 _Tensor = torch.Tensor
-_any_autocast = torch._C._is_any_autocast_enabled
 
 
 class Fallback(Exception):
@@ -59,9 +58,6 @@ def split(prims: Trace, wrt: list[TensorProxy], policy: str = "min_cut"):
     What is saved and what the backward recomputes is :func:`partition`'s `policy`: values
     the caller holds anyway (state such as parameters, and the results) cost nothing to
     save; arguments cost their bytes, as activations do."""
-    if _any_autocast():
-        raise Fallback("autocast is on: primtrace's traces do not model its casts (torch's ops "
-                       "make them, as in eager)")
     _check_writes(prims, wrt)
     for node in prims.nodes:
         reason = needs_torch_autograd(node)
@@ -174,12 +170,6 @@ class Plan:
         return self._replay(*inputs)
 
     def __call__(self, *inputs):
-        if _any_autocast():   # the fused traces' dtypes are autocast's no longer: wrong values
-            raise RuntimeError(
-                "primtrace: this call runs under autocast, but the jitted function's cached "
-                "trace for these inputs was compiled without it (primtrace's fused traces do not "
-                "model autocast, and the cache does not tell the two apart yet); use autocast "
-                "from the first call on, or a separate primtrace.jit for autocast calls")
         results = _TracedFunction.apply(self, inputs, *[inputs[i] for i in self.wrt])
         if self.passed_through:
             results = list(results)
