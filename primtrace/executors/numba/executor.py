@@ -261,11 +261,15 @@ class NumbaFusionExecutor(FusionExecutor):
                         continue   # an ordering edge only: independent work, see below
                     if merge(group[u], group[v]):
                         changed = True
-        # horizontal: groups reading the same input tensor read it once
+        # horizontal: groups reading the same tensor, an input or a value torch computes
+        # (dropout's bernoulli mask: its bool copy saved for backward and the kernel that
+        # applies it), read it once
+        index = {id(n): i for i, n in enumerate(nodes)}
         readers: dict[str, list[int]] = {}
         for i in sorted(fusible):
             for p in nodes[i].inputs:
-                if isinstance(p, TensorProxy) and p.name not in produced:
+                if isinstance(p, TensorProxy) and (
+                        p.name not in produced or index[id(producer[p.name])] not in fusible):
                     readers.setdefault(p.name, []).append(i)
         for name, idx in readers.items():
             for j in idx[1:]:
