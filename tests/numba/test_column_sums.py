@@ -150,3 +150,18 @@ def test_norm_backward_edge_shapes(shape):
     w, b = torch.randn(shape[-1], generator=g), torch.randn(shape[-1], generator=g)
     _check_training(_gelu_ln, (x, w, b))
     _check_training(_gelu_ln, (torch.randn(shape[::-1], generator=g).t(), w, b))
+
+
+def test_dropouts_mask_is_read_by_one_kernel():
+    """The bernoulli mask torch draws is converted to bool (saved for the backward) and
+    applied by one kernel, which reads it once (two kernels read it before)."""
+    fn = lambda x: F.gelu(F.dropout(x, 0.1))  # noqa: E731
+    x = torch.randn(8, 16, requires_grad=True)
+    jfn = primtrace.jit(fn)
+    torch.manual_seed(0)
+    got = jfn(x)
+    torch.manual_seed(0)
+    want = fn(x)
+    torch.testing.assert_close(got, want)
+    got.sum().backward()
+    assert len(fused_nodes(execution(jfn))) == 1, execution(jfn)
