@@ -62,17 +62,16 @@ print(forward.tags["backward"][-1])
 - **Saved:** the two row statistics, `t1` (mean) and `t3` (variance), 4 floats each, and
   the inputs `x`, `w` and `b`, which the caller holds anyway (the min-cut counts them as
   almost free). Neither the normalized rows nor GELU's input (4 x 8 each) are kept.
-- **Recomputed:** the backward's header says its first 18 nodes recompute forward values
+- **Recomputed:** the backward's header says its first 23 nodes recompute forward values
   (`t2`...`t20`: the broadcast statistics, the normalized rows, the affine, GELU's pieces)
   from what was saved. They are the first prims of the backward's row kernel, so the
   recomputation costs no pass over memory.
 - **Fused:** the forward is one row kernel: mean, variance, normalization, the affine (in
   float64, rounded to float32 once: eager's CPU kernel uses a fused multiply-add) and GELU,
   writing the result and the two statistics. The backward is one row kernel for `x`'s
-  gradient (its row sums inside) that also writes the two per-element products whose
-  column sums are `w`'s and `b`'s gradients; a sum over rows is no row kernel's job, so
-  `prims.sum(..., (0,))` runs in torch, and two small kernels round the float64 sums to
-  float32.
+  gradient (its row sums inside) that also sums `w`'s and `b`'s gradients over the rows
+  (`t39`, `t40`: *column sums*, each chunk of rows accumulating its own float64 partial
+  sums, added after the last row and rounded once), so no full-size product is written.
 """),
     ("### A Linear + GELU block", '''\
 block = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU())
@@ -94,9 +93,9 @@ needs none, so the backward computes no gradient for it (no `g @ W` product).
 - **Fused:** the linear layer is decomposed: the matmul stays torch's (library prims never
   fuse and are never recomputed), and its bias add joins GELU in one kernel, in the forward
   (`numba_fusion_0`: add, then GELU) and in the backward (the recomputed add and GELU, then
-  GELU's derivative times the cotangent). The bias gradient is that kernel's result summed
-  over rows (`t19`), the weight gradient a matmul with the input (`t23`), laid out as the
-  weight by a permute (a view).
+  GELU's derivative times the cotangent). The bias gradient is summed over the rows inside
+  that kernel (`t19`, a column sum), the weight gradient a matmul with the kernel's result
+  and the input (`t23`), laid out as the weight by a permute (a view).
 """),
 ]
 

@@ -131,7 +131,10 @@ def _pow_vjp(g, y, a, b):
     (0 ** b is 0 or 1 there, not exp(b log 0))."""
     grad_a = grad_b = None
     if is_tensor(a):
-        d = P.mul(b, P.pow(a, P.sub(b, 1) if is_tensor(b) else b - 1))
+        if type(b) in (int, float) and b - 1 == 1:   # x ** 2: a.pow(1) is a copy of a in eager
+            d = P.mul(b, a)
+        else:
+            d = P.mul(b, P.pow(a, P.sub(b, 1) if is_tensor(b) else b - 1))
         grad_a = times_conj(g, d)
         if not isinstance(b, (int, float)) or b == 0:   # a tensor, a traced number, or 0
             grad_a = P.where(P.eq(_t(b, a), 0), 0, grad_a)

@@ -108,15 +108,17 @@ def test_methods_through_jit_record_prims(name, args, kwargs):
 
 def test_reduction_prims_fuse_only_over_trailing_dims():
     """The Numba executor's row kernels take reductions over the last dims (with their
-    elementwise neighbours); others run in torch."""
+    elementwise neighbours), and float sums over the leading dims (column sums); others run
+    in torch."""
     fusion = NumbaFusionExecutor(cost_model=False)
-    for dim, fusible in ((1, True), (0, False)):
+    for op, dim, fusible in ((refs.sum, 1, True), (refs.sum, 0, True), (refs.amax, 1, True),
+                             (refs.amax, 0, False), (refs.prod, 0, False)):
         trace = Trace()
         with tracing(trace):
             x = trace.tensor(TensorSpec.of(torch.ones(3, 4)))
-            refs.sum(refs.exp(x), dim)
+            op(refs.exp(x), dim)
         names = {n.symbol.name: fusion.can_fuse(n) for n in trace.flat_nodes()}
-        assert names == {"exp": True, "sum": fusible}
+        assert names == {"exp": True, op.__name__: fusible}, names
     for name in ("sum", "prod", "amax", "amin", "var"):
         assert "elementwise" not in getattr(prims, name).tags
 

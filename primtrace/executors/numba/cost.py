@@ -97,8 +97,11 @@ def _bytes(tensors) -> int:
 
 def fuse_single_call(region: Region) -> bool:
     """Whether the Numba kernel for one torch call's region beats torch's own on the CPU."""
+    from primtrace.executors.numba.reduction_plan import is_column
     if _reduction_inputs(region.nodes):
         return fuse_row_call(region)
+    if any(map(is_column, region.nodes)):
+        return False   # x.sum(0) alone: eager's sum across rows is as fast
     tensors = [p for p in (*region.inputs, *region.outputs)
                if isinstance(p, TensorProxy) and p.ndim > 0]
     if len({p.dtype for p in tensors}) > 1:
@@ -172,8 +175,10 @@ def _strided_inner(p, out) -> bool:
 
 
 def _reduction_inputs(nodes):
-    from primtrace.executors.numba.reduction_plan import is_reduction, reduction_args
-    return [reduction_args(n) for n in nodes if is_reduction(n)]
+    """(input, dims, correction) of the row reductions among `nodes` (column sums aside:
+    they are judged with their region)."""
+    from primtrace.executors.numba.reduction_plan import is_column, is_reduction, reduction_args
+    return [reduction_args(n) for n in nodes if is_reduction(n) and not is_column(n)]
 
 
 def reductions_fuse(nodes) -> bool:

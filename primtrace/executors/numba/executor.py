@@ -94,7 +94,10 @@ class NumbaFusionExecutor(FusionExecutor):
             from primtrace.executors.numba import cost
             if not cost.fuse_on_gpu(node):
                 return False
-        if reduction_plan.is_reduction(node):
+        if reduction_plan.is_column(node):
+            return self._backend_for(_device_type(node) or "cpu") == "cpu" and \
+                self._reduction_ok(node)
+        if reduction_plan.is_reduction(node) or reduction_plan.is_trivial(node):
             return self._reduction_ok(node)
         row = ops.OPS.get(sym.name)
         if sym.kind is not SymbolKind.PRIM or row is None:
@@ -136,7 +139,8 @@ class NumbaFusionExecutor(FusionExecutor):
         if any(isinstance(p, TensorProxy) and not supported(p.dtype)
                for p in proxies_in((node.args, node.kwargs, node.outputs))):
             return False
-        return reduction_plan.reduction_fusible(node)
+        return (reduction_plan.is_trivial(node) or reduction_plan.is_column(node)
+                or reduction_plan.reduction_fusible(node))
 
     def _device_ok(self, device: str) -> bool:
         if self.backend == "cuda":   # forced (simulator tests, PTX checks): any device
@@ -211,7 +215,7 @@ class NumbaFusionExecutor(FusionExecutor):
         members = {i: {i} for i in fusible}
 
         def valid(m: set) -> bool:
-            shapes, devices, work = set(), set(), False
+            shapes, devices, work, names = set(), set(), False, set()
             for i in m:
                 n = nodes[i]
                 work = work or _work(n)
@@ -223,12 +227,13 @@ class NumbaFusionExecutor(FusionExecutor):
                     if n.symbol.name == "broadcast_in_dim" or not isinstance(p, TensorProxy):
                         return False
                     shapes.add(tuple(p.shape))
+                    names.add(p.name)
                     devices.add(p.device)
             if not work or len(devices) > 1:
                 return False
             group = [nodes[i] for i in sorted(m)]
             if reduction_plan.has_reduction(group):
-                return reduction_plan.row_group_valid(group, shapes)
+                return reduction_plan.row_group_valid(group, shapes, names)
             return len(shapes) <= 1
 
         def merge(a, b) -> bool:
@@ -258,11 +263,15 @@ class NumbaFusionExecutor(FusionExecutor):
                         continue   # an ordering edge only: independent work, see below
                     if merge(group[u], group[v]):
                         changed = True
-        # horizontal: groups reading the same input tensor read it once
+        # horizontal: groups reading the same tensor, an input or a value torch computes
+        # (dropout's bernoulli mask: its bool copy saved for backward and the kernel that
+        # applies it), read it once
+        index = {id(n): i for i, n in enumerate(nodes)}
         readers: dict[str, list[int]] = {}
         for i in sorted(fusible):
             for p in nodes[i].inputs:
-                if isinstance(p, TensorProxy) and p.name not in produced:
+                if isinstance(p, TensorProxy) and (
+                        p.name not in produced or index[id(producer[p.name])] not in fusible):
                     readers.setdefault(p.name, []).append(i)
         for name, idx in readers.items():
             for j in idx[1:]:
@@ -359,6 +368,8 @@ _nothing.source = "# nothing reads what these prims compute: no kernel runs\n"
 
 def _work(node: Node) -> bool:
     """Whether `node` is real work (not only a view or a fill)."""
+    if reduction_plan.is_trivial(node):
+        return False
     return reduction_plan.is_reduction(node) or ops.OPS[node.symbol.name].work
 
 

@@ -311,6 +311,8 @@ class _Analyzer:
 
     def _node(self, node, p, imap):
         name = node.symbol.name
+        if name == "sum":
+            return self.trivial_sum(node, p, imap)
         row = ops.OPS.get(name)
         if row is None:
             raise NotFusible(f"{name} has no row in the op table")
@@ -326,6 +328,23 @@ class _Analyzer:
         a, shape, dims = args
         inner = tuple(None if a.shape[i] == 1 else imap[d] for i, d in enumerate(dims))
         return self.value(a, inner)
+
+    def trivial_sum(self, node, p, imap):
+        """A float sum over size-1 dims (reduction_plan.is_trivial): ``x + 0``, read at the
+        index map with those dims put back (as broadcast)."""
+        from primtrace.executors.numba.reduction_plan import is_trivial, reduction_args
+        if not is_trivial(node):
+            raise NotFusible("a reduction outside a row kernel")
+        a, dims, _ = reduction_args(node)
+        rest = iter(imap)
+        inner = tuple(None if i in dims else next(rest) for i in range(a.ndim))
+        var, dtype, inv = self.value(a, inner)
+        zero = self.number(0.0, dtype, self.emitter([True]))
+        out = self.emit(f"{var} + {zero}", inv, "sum over size-1 dims")
+        for held in (self.half_values, self.half_held):
+            if var in held:
+                held.add(out)
+        return out, dtype, inv
 
     def copy_to(self, args, out_dtype, imap):
         dst, src = args

@@ -36,11 +36,32 @@ from primtrace.ir.proxy import TensorProxy
 from primtrace.ir.symbol import SymbolKind
 
 REDUCTIONS = frozenset({"sum", "prod", "amax", "amin", "var"})
+#: chunks of rows a kernel with column sums splits its rows into, each accumulating its own
+#: float64 partial sums (then added in chunk order): a fixed count, so the result does not
+#: depend on the number of threads
+COLUMN_CHUNKS = 32
 _VARS = re.compile(r"\b(?:v|x|acc)\d+\b")
 
 
 def is_reduction(node) -> bool:
-    return node.symbol.kind is SymbolKind.PRIM and node.symbol.name in REDUCTIONS
+    """A prim reducing elements (a sum over size-1 dims only reduces nothing: `is_trivial`)."""
+    return (node.symbol.kind is SymbolKind.PRIM and node.symbol.name in REDUCTIONS
+            and not is_trivial(node))
+
+
+def is_trivial(node) -> bool:
+    """A float sum over size-1 dims alone (a broadcast's gradient: the sum over the kept dim
+    of a keepdim mean), with its input's dtype: elementwise, ``x + 0`` (eager's sum starts at
+    +0, so -0.0 becomes +0.0). It fuses as a view would, so a row region need not split at
+    it (RMSNorm's backward was three kernels)."""
+    if node.symbol.kind is not SymbolKind.PRIM or node.symbol.name != "sum":
+        return False
+    a, dims, _ = reduction_args(node)
+    out = node.output_proxies[0] if node.output_proxies else None
+    return (isinstance(a, TensorProxy) and isinstance(dims, tuple) and bool(dims)
+            and isinstance(out, TensorProxy) and out.dtype is a.dtype
+            and a.dtype.is_floating_point and not a.dtype.is_complex
+            and all(0 <= d < a.ndim and a.shape[d] == 1 for d in dims))
 
 
 def reduction_args(node):
@@ -49,6 +70,42 @@ def reduction_args(node):
     a, dims = args[0], args[1] if len(args) > 1 else node.kwargs.get("dims")
     correction = node.kwargs.get("correction", args[2] if len(args) > 2 else None)
     return a, dims, correction
+
+
+def is_column(node) -> bool:
+    """A float sum over leading dims that keeps some trailing ones (a norm's weight gradient,
+    a bias's: ``sum(g * xhat, (0,))``): a row kernel accumulates it across its rows, each
+    chunk of rows into its own float64 partial sums (``RowPlan.columns``), on the CPU."""
+    if not is_reduction(node) or node.symbol.name != "sum":
+        return False
+    a, dims, _ = reduction_args(node)
+    d = DTYPES.get(getattr(a, "dtype", None))
+    return (isinstance(a, TensorProxy) and isinstance(dims, tuple) and 0 < len(dims) < a.ndim
+            and dims == tuple(range(len(dims))) and d is not None and d.kind in "fh")
+
+
+def structure(reductions) -> tuple[tuple, int] | None:
+    """(iteration shape S, number of row dims) of a row region with these reductions, or None:
+    the row reductions (over trailing dims) share one input shape and dims; the column ones
+    (`is_column`) read S and reduce exactly its row dims (alone, they decide both)."""
+    rows = [n for n in reductions if not is_column(n)]
+    cols = [n for n in reductions if is_column(n)]
+    if rows:
+        inputs = {tuple(reduction_args(n)[0].shape) for n in rows}
+        dims = {reduction_args(n)[1] for n in rows}
+        if len(inputs) != 1 or len(dims) != 1:
+            return None
+        shape = inputs.pop()
+        nr = len(shape) - len(dims.pop())
+    elif cols:
+        shape, nr = tuple(reduction_args(cols[0])[0].shape), len(reduction_args(cols[0])[1])
+    else:
+        return None
+    for n in cols:
+        a, dims, _ = reduction_args(n)
+        if tuple(a.shape) != shape or dims != tuple(range(nr)):
+            return None
+    return shape, nr
 
 
 def reduction_fusible(node) -> bool:
@@ -103,6 +160,8 @@ class RowPlan(Plan):
     row_lines: list = field(default_factory=list)    # (stage, Line), stage = pass it precedes
     scratch: list = field(default_factory=list)      # Scratch buffers
     contiguous: set = field(default_factory=set)     # loads of a contiguous copy
+    columns: list = field(default_factory=list)      # Stores of column sums (float64 values)
+    nchunks: int = 1          # chunks of rows, each with its own partial column sums
     row_sizes: tuple = ()     # after layout: coalesced row dims, outermost first
     k_sizes: tuple = ()       # ... and reduced dims
     nrows: int = 0
@@ -130,7 +189,7 @@ def _levels(region) -> dict:
     level: dict = {}
     for n in region.nodes:
         base = max((level.get(p.name, 0) for p in n.inputs), default=0)
-        if is_reduction(n):
+        if is_reduction(n) and not is_column(n):   # a column sum: after every row, stored
             base += 2 if n.symbol.name == "var" else 1
         for p in n.output_proxies:
             level[p.name] = base
@@ -142,17 +201,18 @@ class _RowAnalyzer(_Analyzer):
 
     def __init__(self, region, backend):
         reductions = [n for n in region.nodes if is_reduction(n)]
-        inputs = {tuple(reduction_args(n)[0].shape) for n in reductions}
-        dims = {reduction_args(n)[1] for n in reductions}
-        if len(inputs) != 1 or len(dims) != 1 or not all(map(reduction_fusible, reductions)):
+        found = structure(reductions)
+        if found is None or not all(is_column(n) or reduction_fusible(n) for n in reductions):
             raise NotFusible("reductions over different shapes or dims")
-        shape, ndims = inputs.pop(), len(dims.pop())
+        if backend.name == "cuda" and any(map(is_column, reductions)):
+            raise NotFusible("column sums (CPU row kernels only)")
+        shape, ndims = found[0], len(found[0]) - found[1]
         self.region, self.backend = region, backend
         self.producer = {p.name: n for n in region.nodes for p in n.output_proxies}
         self.input_pos = {p.name: i for i, p in enumerate(region.inputs)}
         if any(n.symbol.name == "copy_to" for n in region.nodes):
             raise NotFusible("in-place writes in a row region")
-        allowed = {shape, *row_shapes(shape, ndims)}
+        allowed = {shape, *row_shapes(shape, ndims), shape[len(shape) - ndims:]}
         for p in region.outputs:
             if not isinstance(p, TensorProxy) or tuple(p.shape) not in allowed:
                 raise NotFusible(f"output {p.name} of shape {getattr(p, 'shape', None)}")
@@ -291,6 +351,8 @@ class _RowAnalyzer(_Analyzer):
     def _node(self, node, p, imap):
         if not is_reduction(node):
             return super()._node(node, p, imap)
+        if is_column(node):
+            raise NotFusible("a column sum used in its own region")
         rows, _ = row_shapes(self.plan.shape, len(self.plan.shape) - self.plan.nrows_dims)
         if tuple(p.shape) != rows or imap != self.identity(rows):
             raise NotFusible("a reduced value used along the reduced dims")
@@ -332,6 +394,17 @@ class _RowAnalyzer(_Analyzer):
         finally:
             self.pass_ = saved
 
+    def _column(self, k, out):
+        """Output `k`, a column sum: its float64 addend computed in the last pass."""
+        a = reduction_args(self.producer[out.name])[0]
+        x, _, _ = self.value(a, self.identity(self.plan.shape))
+        if DTYPES[a.dtype].reg != "float64":
+            x = self.emit(f"float64({x})", False, "a column sum's addend")
+        nr = self.plan.nrows_dims
+        strides = (0,) * nr + tuple(out.stride())
+        self.plan.columns.append(Store(f"out{k}", k, out.dtype, strides, x))
+        self.plan.summary.append(f"out{k} = {out.name}: {dtype_text(out)} (column sum)")
+
     def _materialize(self, expr, x) -> str:
         """`expr` (a conversion of register `x`) as a line of the pass, or `x` itself."""
         if expr == x:
@@ -364,8 +437,9 @@ class _RowAnalyzer(_Analyzer):
     def run(self):
         plan = self.plan
         final = self.npasses - 1
+        ndims = len(plan.shape) - plan.nrows_dims
         rows, _ = row_shapes(plan.shape, len(plan.shape) - plan.nrows_dims)
-        for node in sorted(filter(is_reduction, self.region.nodes),
+        for node in sorted((n for n in self.region.nodes if is_reduction(n) and not is_column(n)),
                            key=lambda n: self.level[n.output_proxies[0].name]):
             self.value(node.output_proxies[0], self.identity(rows))   # passes in order
         for k, out in enumerate(self.region.outputs):
@@ -373,6 +447,11 @@ class _RowAnalyzer(_Analyzer):
                 raise NotFusible("a broadcast view leaves the region")
             plan.returns.append(("new", k))
             self.pass_ = final
+            if is_column(self.producer[out.name]):
+                self._column(k, out)
+                continue
+            if tuple(out.shape) not in (plan.shape, *row_shapes(plan.shape, ndims)):
+                raise NotFusible(f"output {out.name} of the reduced dims' shape")
             imap = self.identity(out.shape)
             var, _, _ = self.value(out, imap)
             strides = _iter_strides(out, imap, plan.shape)
@@ -382,6 +461,8 @@ class _RowAnalyzer(_Analyzer):
             raise NotFusible("an integer division by a per-element value in a row region")
         _fold_store_roundings(plan)
         plan.numel = math.prod(plan.shape)
+        if plan.columns:
+            plan.nchunks = max(1, min(math.prod(plan.shape[:plan.nrows_dims]), COLUMN_CHUNKS))
         return plan
 
 
@@ -391,7 +472,7 @@ def _fold_store_roundings(plan: RowPlan) -> None:
     final = plan.passes[-1]
     others = [line.expr for line in plan.lines] + [line.expr for _, line in plan.row_lines]
     others += [a.value for accs in plan.accumulators for a in accs]
-    others += [sc.value for sc in plan.scratch]
+    others += [sc.value for sc in plan.scratch] + [c.value for c in plan.columns]
     for line in list(final):
         if line.rounds is None:
             continue
@@ -412,7 +493,7 @@ def layout(plan: RowPlan) -> None:
     """Coalesce the row dims among themselves and the reduced dims among themselves (size-1
     dims dropped, dims merged where every operand is contiguous across them); the order
     stays: rows outside, the reduced dims inside, the innermost last."""
-    operands = list(plan.stores) + list(plan.loads)
+    operands = list(plan.stores) + list(plan.loads) + list(plan.columns)
     nr = plan.nrows_dims
     groups = []
     for dims in (range(nr), range(nr, len(plan.shape))):
@@ -451,30 +532,36 @@ def has_reduction(nodes) -> bool:
     return any(map(is_reduction, nodes))
 
 
-def row_group_valid(nodes, leaving_shapes: set) -> bool:
+def row_group_valid(nodes, leaving_shapes: set, leaving: set = frozenset()) -> bool:
     """Whether `nodes` (topological order, with reductions) can be one row region whose
     values leaving it have `leaving_shapes`: one iteration shape and reduced dims for all
-    reductions, outputs of that shape or a row shape, no in-place writes, and a reduced
-    value reaching the iteration shape only through a broadcast over the reduced dims
-    (what the partitioner checks cheaply; the planner then decides)."""
+    reductions (column sums over the other dims, read by no node of the group), outputs of
+    that shape, a row shape or (column sums) the reduced dims' shape, no in-place writes,
+    and a reduced value reaching the iteration shape only through a broadcast over the
+    reduced dims (what the partitioner checks cheaply; the planner then decides)."""
     reductions = [n for n in nodes if is_reduction(n)]
-    inputs = {tuple(reduction_args(n)[0].shape) for n in reductions}
-    dims = {reduction_args(n)[1] for n in reductions}
-    if len(inputs) != 1 or len(dims) != 1:
+    found = structure(reductions)
+    if found is None:
         return False
-    shape = inputs.pop()
-    rows, kept = row_shapes(shape, len(dims.pop()))
-    allowed = {shape, rows, kept}
+    shape, nr = found
+    rows, kept = row_shapes(shape, len(shape) - nr)
+    allowed = {shape, rows, kept, shape[nr:]}
     if not leaving_shapes <= allowed:
         return False
+    columns = {p.name for n in reductions if is_column(n) for p in n.output_proxies}
+    if shape[nr:] not in (shape, rows, kept) and any(
+            tuple(p.shape) == shape[nr:] and p.name in leaving and p.name not in columns
+            for n in nodes for p in n.output_proxies if isinstance(p, TensorProxy)):
+        return False   # a value of the reduced dims' shape leaves only as a column sum
     derived: set = set()
     for n in nodes:
         name = n.symbol.name
-        if name == "copy_to":
+        if name == "copy_to" or any(p.name in columns for p in n.inputs):
             return False
         outs = [p for p in n.output_proxies if isinstance(p, TensorProxy)]
         if is_reduction(n):
-            derived.update(p.name for p in outs)
+            if not is_column(n):
+                derived.update(p.name for p in outs)
             continue
         if not any(p.name in derived for p in n.inputs):
             continue

@@ -98,10 +98,38 @@ def _params(plan: RowPlan) -> list[str]:
     params = [f"n{d}" for d in range(len(plan.row_sizes))]
     params += [f"m{d}" for d in range(len(plan.k_sizes))]
     params += [f"{s.name}_addr" for s in plan.scratch]
-    for op in operands(plan):
+    for op in operands(plan) + plan.columns:
         params.append(f"{op.name}_addr")
         params += [name for name, _ in runtime_strides(op, plan)]
+    if plan.columns:   # the partial sums (columns x chunks x row elements), and chunks
+        params += ["colbuf_addr", "nch"]
     return params + [s.name for s in plan.scalars]
+
+
+def _column_index(plan, j: int, chunk: str) -> str:
+    """The element of column sum `j`'s partial sums for chunk `chunk` at k0, k1..."""
+    return f"{j} * nch * nk + {chunk} * nk + {_flat_k(plan)}"
+
+
+def _column_lines(plan: RowPlan) -> list[str]:
+    """After every row: each column sum's chunks added in chunk order (float64), then
+    stored (rounded once from float64)."""
+    out = []
+    q = len(plan.k_sizes)
+    for j, col in enumerate(plan.columns):
+        out += [f"for c in range(1, nch):",
+                f"    for q in range(nk):",
+                f"        colbuf[{j} * nch * nk + q] += colbuf[{j} * nch * nk + c * nk + q]"]
+        indent = ""
+        for d in range(q):
+            out.append(f"{indent}for k{d} in range(m{d}):")
+            indent += "    "
+        value = f"colbuf[{_column_index(plan, j, '0')}]"
+        if DTYPES[col.dtype].reg != "float64":
+            value = f"float32({value})"
+        ref = f"{col.name}[{element_offset(col, plan, False)}]"
+        out.append(f"{indent}{ref} = {CPU.store(col.dtype, value)}")
+    return out
 
 
 def _flat_k(plan) -> str:
@@ -133,7 +161,8 @@ def _pass(plan: RowPlan, p: int, final: bool) -> list[str]:
     """One pass over the reduced dims: its loops, accumulators and (last pass) stores."""
     accs, lines = plan.accumulators[p], plan.passes[p]
     stores = [s for s in plan.stores if not plan.is_row_store(s)] if final else []
-    if not accs and not stores:
+    columns = plan.columns if final else []
+    if not accs and not stores and not columns:
         return []
     out = [f"# pass {p}"]
     for a in accs:
@@ -158,6 +187,8 @@ def _pass(plan: RowPlan, p: int, final: bool) -> list[str]:
     body += [f"{sc.name}[scratch_row + {_flat_k(plan)}] = {sc.value}"
              for sc in plan.scratch if sc.stored_in == p]
     body += [_store(s, plan, False) for s in stores]
+    body += [f"colbuf[{_column_index(plan, j, 'chunk')}] += {col.value}"
+             for j, col in enumerate(columns)]
     out += [indent + "    " + b for b in body]
     out += [indent + _flush(a) for a in blocked]
     for a in accs:
@@ -168,18 +199,29 @@ def _pass(plan: RowPlan, p: int, final: bool) -> list[str]:
 def render_kernel(plan: RowPlan, name: str, loop: str) -> str:
     lines = [f"def {name}({', '.join(_params(plan))}):"]
     body = []
-    for op in operands(plan):
+    for op in operands(plan) + plan.columns:
         storage = "bool" if op.dtype is torch.bool else DTYPES[op.dtype].storage
         body.append(f"{op.name} = rt.ptr_{storage}({op.name}_addr)")
     for sc in plan.scratch:
         body.append(f"{sc.name} = rt.ptr_{sc.reg}({sc.name}_addr)")
+    if plan.columns:
+        body.append("colbuf = rt.ptr_float64(colbuf_addr)")
+        body.append(f"nk = {' * '.join(f'm{d}' for d in range(len(plan.k_sizes)))}")
     body.append("zero_div = 0")
     body += [_line(line, plan, True) for line in plan.lines]
     tests = [f"({d} == 0)" for d, _ in plan.zero_division]
     if tests:
         body.append(f"zero_div += {' | '.join(tests)}")
     nr = len(plan.row_sizes)
-    body.append(f"for row in {loop}({' * '.join(f'n{d}' for d in range(nr))}):")
+    nrows = ' * '.join(f'n{d}' for d in range(nr))
+    if plan.columns:   # chunks of rows, each summing its columns into its own partial sums
+        body.append(f"for chunk in {loop}(nch):")
+        body += [f"    for q in range(nk):"]
+        body += [f"        colbuf[{j} * nch * nk + chunk * nk + q] = float64(0)"
+                 for j in range(len(plan.columns))]
+        body.append(f"    for row in range(chunk * ({nrows}) // nch, (chunk + 1) * ({nrows}) // nch):")
+    else:
+        body.append(f"for row in {loop}({nrows}):")
     row = []
     if nr > 1:   # fresh names: parfors refuse an assignment to (an alias of) the loop index
         rest = "row"
@@ -198,8 +240,9 @@ def render_kernel(plan: RowPlan, name: str, loop: str) -> str:
         row += [_line(line, plan, True) for stage, line in plan.row_lines if stage == p]
         row += _pass(plan, p, p == npasses - 1)
     row += [_store(s, plan, True) for s in plan.stores if plan.is_row_store(s)]
-    body += ["    " + r for r in row]
-    body += [f"rt.keep({s.name})" for s in plan.stores + plan.scratch]
+    body += [("        " if plan.columns else "    ") + r for r in row]
+    body += _column_lines(plan)
+    body += [f"rt.keep({s.name})" for s in plan.stores + plan.scratch + plan.columns]
     body.append("return zero_div")
     return "\n".join(lines + ["    " + b for b in body])
 
@@ -228,8 +271,12 @@ def launcher_source(plan: RowPlan, region, fn_name: str, variant: str) -> tuple[
     env = {"torch": torch, "empty_strided": torch.empty_strided, "huge_pages": cpu.huge_pages}
     lines = [f"def {fn_name}({', '.join(args)}):"]
     lines += launch.lazy_bit_lines(region, env)
-    for s in plan.stores:
+    for s in plan.stores + plan.columns:
         p = region.outputs[s.output]
+        if plan.nrows == 0 and s in plan.columns:   # a sum over no rows
+            lines.append(f"    o{s.output} = torch.zeros({tuple(p.shape)!r}, "
+                         f"dtype=torch.{str(p.dtype)[6:]}, device={str(p.device)!r})")
+            continue
         alloc = (f"empty_strided({tuple(p.shape)!r}, {tuple(p.stride())!r}, "
                  f"dtype=torch.{str(p.dtype)[6:]}, device={str(p.device)!r})")
         if cpu.advised(math.prod(p.shape) * p.dtype.itemsize):
@@ -244,7 +291,7 @@ def launcher_source(plan: RowPlan, region, fn_name: str, variant: str) -> tuple[
     if plan.nrows > 0:
         call = [str(n) for n in plan.row_sizes + plan.k_sizes]
         call += [f"{sc.name}.data_ptr()" for sc in plan.scratch]
-        for op in operands(plan):
+        for op in operands(plan) + plan.columns:
             if op.name in plan.contiguous:   # kept alive until the kernel returns
                 lines.append(f"    {op.name} = i{op.index}.contiguous()")
                 call.append(f"{op.name}.data_ptr()")
@@ -252,6 +299,10 @@ def launcher_source(plan: RowPlan, region, fn_name: str, variant: str) -> tuple[
                 call.append(f"o{op.output}.data_ptr()" if isinstance(op, Store)
                             else f"i{op.index}.data_ptr()")
             call += [str(v) for _, v in runtime_strides(op, plan)]
+        if plan.columns:
+            lines.append(f"    colbuf = torch.empty({len(plan.columns) * plan.nchunks * plan.nk}, "
+                         "dtype=torch.float64)")
+            call += ["colbuf.data_ptr()", str(plan.nchunks)]
         call += launch.scalar_args(plan.scalars, region, env)
         lines.append(f"    if kernel({', '.join(call)}):")
         lines.append('        raise RuntimeError("ZeroDivisionError")')
