@@ -16,6 +16,7 @@ from primtrace.jit import (CacheInfo, Explanation, JitFunction, cache_info, expl
 from primtrace.kernels import clear_kernel_cache, kernel_ptx, kernel_source
 from primtrace.recompiles import Change, Recompile, RecompileWarning
 from primtrace.tracer import DataDependentError, OpaqueOpWarning, TracingError
+from primtrace.tracer.dynamic import mark_dynamic
 from primtrace import backend_name as _backend_name
 
 _backend_name.install()   # torch.compile(..., backend="primtrace") without the entry point
@@ -40,5 +41,5 @@ __all__ = [
     "Executor", "OperatorExecutor", "FusionExecutor", "Region", "TorchExecutor", "TORCH",
     "default_executors", "JitFunction", "CacheInfo", "Explanation", "Trace", "Node",
     "TracingError", "DataDependentError", "OpaqueOpWarning", "dynamo_backend",
-    "Recompile", "Change", "RecompileWarning",
+    "Recompile", "Change", "RecompileWarning", "mark_dynamic",
 ]

@@ -41,7 +41,9 @@ from primtrace.executors.trace_to_python import compile_trace
 from primtrace.ir.proxy import NumberProxy
 from primtrace.ir.symbol import SymbolKind
 from primtrace.ir.trace import Trace, current_trace
+from primtrace.ir.size_guards import GuardSet
 from primtrace.recompiles import Change, Recompile, RecompileLog, miss_changes
+from primtrace.tracer import dynamic
 from primtrace.tracer.capture import TracingError, acquire, to_prims
 from primtrace.tracer.inputs import _positional_names, cache_key
 from primtrace.tracer.passes import optimize
@@ -67,6 +69,8 @@ OPTIONS = {
                                         # the backward; "save_all": more memory, less work
     "sink_selections": True,            # x[mask] that a sum reduces: computed on every row,
                                         # summed where the mask is True (tracer/selections.py)
+    "dynamic": None,                    # symbolic input dims (tracer/dynamic.py): None on the
+                                        # second distinct size, True from the first, False never
 }
 STAGES = ("acquisition", "prims", "optimized", "execution")
 
@@ -135,6 +139,8 @@ def _check_options(options: dict) -> dict:
         raise ValueError(f"recompile_limit must be a positive int or None, got {limit!r}")
     if options.get("saved", "min_cut") not in ("min_cut", "save_all"):
         raise ValueError(f"saved must be 'min_cut' or 'save_all', got {options['saved']!r}")
+    if options.get("dynamic") not in (None, True, False):
+        raise ValueError(f"dynamic must be None, True or False, got {options['dynamic']!r}")
     return {**OPTIONS, **options}
 
 
@@ -340,6 +346,7 @@ class JitFunction(functools.partial):
         self._misses = 0
         self._recompiles = RecompileLog(fn, self._options["recompile_limit"])
         self._evicted: dict = {}   # hashes of keys evicted lately (a recompile reason)
+        self._dynamic = dynamic.Dynamic(self._options["dynamic"])   # traces of symbolic dims
         self._last: list[Trace] | None = None
         self._recent: Compiled | None = None   # what the hit path checks first
         self._path = path
@@ -412,8 +419,17 @@ class JitFunction(functools.partial):
             if compiled is not None:
                 next(self._hits)
                 return compiled, state
+            compiled = self._dynamic.lookup(key, leaves)   # a trace with symbolic dims
+            state = None if compiled is None else (
+                () if compiled.guard is None else compiled.guard(leaves))
+            if state is not None:   # its guards hold for these sizes: cached under this key
+                next(self._hits)
+                self._insert(key, leaves, compiled)
+                return compiled, state
             why = self._why(key, leaves) if self._misses else None  # the first is no recompile
-            compiled = compile_fn(self._fn, args, kwargs, self._executors, self._options)
+            if why is not None and self._dynamic.failed is not None:
+                why = [self._dynamic.failed, *why]
+            compiled = self._compile(key, leaves, args, kwargs)
             self._misses += 1
             self._insert(key, leaves, compiled)
             self._last = compiled.traces
@@ -425,6 +441,23 @@ class JitFunction(functools.partial):
                     f"{self!r}: the state the function read changed while it was traced "
                     f"(does it assign a global or an attribute it also reads?)")
             return compiled, state
+
+    def _compile(self, key, leaves, args, kwargs) -> Compiled:
+        """Compile for this call: with symbolic dims where they are due (tracer/dynamic.py),
+        static where none are or that trace fails (the failed attempt counts as a miss)."""
+        dims = self._dynamic.choose(list(self._cache), key, leaves)
+        if dims:
+            guards = GuardSet()
+            try:
+                with dynamic.compiling(dims, guards):
+                    compiled = compile_fn(self._fn, args, kwargs, self._executors, self._options)
+            except Exception:   # a symbol this code cannot take: static (eager's error, if any)
+                self._misses += 1
+                self._dynamic.give_up(dims)
+            else:
+                self._dynamic.add(key, leaves, dims, guards, compiled)
+                return compiled
+        return compile_fn(self._fn, args, kwargs, self._executors, self._options)
 
     def _why(self, key, leaves) -> list:
         """Why this call compiles again: its differences from the nearest cached entry."""
@@ -484,6 +517,7 @@ class JitFunction(functools.partial):
             self._misses = 0
             self._recompiles.clear()
             self._evicted.clear()
+            self._dynamic.clear()
 
     def __reduce__(self):
         raise TypeError(f"cannot pickle {self!r}: pickle the function and jit it again")
