@@ -451,9 +451,9 @@ class JitFunction(functools.partial):
             try:
                 with dynamic.compiling(dims, guards):
                     compiled = compile_fn(self._fn, args, kwargs, self._executors, self._options)
-            except Exception:   # a symbol this code cannot take: static (eager's error, if any)
+            except Exception as e:   # a symbol this code cannot take: static (eager's error)
                 self._misses += 1
-                self._dynamic.give_up(dims)
+                self._dynamic.give_up(dims, e)
             else:
                 self._dynamic.add(key, leaves, dims, guards, compiled)
                 return compiled

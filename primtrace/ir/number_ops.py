@@ -162,7 +162,27 @@ def _combined(name, args):
     k = _constant(pb)
     if name in ("floordiv", "mod") and k and all(c % k == 0 for _, c in pa):
         return tuple((m, c // k) for m, c in pa) if name == "floordiv" else ()
+    if name in ("floordiv", "mod") and k is None and len(pb) == 1 and \
+            (bounds_of(args[1]) or (None,))[0] is not None and bounds_of(args[1])[0] >= 1:
+        quotient = _divided(pa, pb[0])   # (8 * n) // n: 8, for a divisor that is never 0
+        if quotient is not None:
+            return quotient if name == "floordiv" else ()
     return None
+
+
+def _divided(pa, term):
+    """The polynomial pa / term where one monomial `term` divides each of pa's exactly."""
+    (mb, cb), out = term, []
+    for m, c in pa:
+        powers = dict(m)
+        for base, p in mb:
+            if powers.get(base, 0) < p:
+                return None
+            powers[base] -= p
+        if c % cb:
+            return None
+        out.append((tuple(sorted((b, p) for b, p in powers.items() if p)), c // cb))
+    return _normal(dict(out))
 
 
 def _difference(a, b):

@@ -113,9 +113,16 @@ def _letter(i: int) -> str:
     return "abcdefghijklmnopqrstuvwxyz"[i] if i < 26 else str(i)
 
 
+def same_shape(a, b) -> bool:
+    """Whether two shapes are the same for every value of their symbolic sizes (the same
+    size proxy, or equal ints): reads no size (False where only some values match)."""
+    return len(a) == len(b) and all(
+        m is n or (type(m) is int and type(n) is int and m == n) for m, n in zip(a, b))
+
+
 def broadcast(t, shape):
     """Broadcast a dimensioned tensor to `shape`; 0-dim tensors and numbers stay scalars."""
-    if not is_tensor(t) or t.ndim == 0 or (t.ndim == len(shape) and tuple(t.shape) == tuple(shape)):
+    if not is_tensor(t) or t.ndim == 0 or same_shape(t.shape, shape):
         return t
     offset = len(shape) - t.ndim
     return prims.broadcast_in_dim(t, tuple(shape), tuple(range(offset, len(shape))))

@@ -210,6 +210,7 @@ class Dynamic:
         self.entries: list[Entry] = []
         self.static: set = set()   # (leaf, dim) traced static from now on
         self.failed: Change | None = None   # the last guard a call failed, for its reason
+        self.errors: list[str] = []   # why dynamic traces failed (the last few)
 
     def lookup(self, key, leaves):
         """The compiled entry with symbolic dims that serves this call, or None."""
@@ -260,8 +261,10 @@ class Dynamic:
                                      values))
         del self.entries[8:]
 
-    def give_up(self, dims) -> None:
+    def give_up(self, dims, error) -> None:
         """A dynamic trace of these dims failed: trace them static from now on."""
+        self.errors.append(f"{type(error).__name__}: {error}")
+        del self.errors[:-8]
         for i, ds in dims.items():
             self.static.update((i, d) for d in ds)
 
