@@ -158,7 +158,7 @@ def size_differences(old, new) -> dict | None:
     """{leaf: dims} where two keys differ in sizes alone (None as a size in `old`: a dim
     already symbolic, counted when `new`'s is eligible); None when they differ otherwise."""
     old_t, new_t = _tensor_keys(old), _tensor_keys(new)
-    if len(old_t) != len(new_t):
+    if old_t.keys() != new_t.keys():
         return None
     dims = {}
     for i, a in old_t.items():
