@@ -451,9 +451,11 @@ class JitFunction(functools.partial):
             try:
                 with dynamic.compiling(dims, guards):
                     compiled = compile_fn(self._fn, args, kwargs, self._executors, self._options)
-            except Exception as e:   # a symbol this code cannot take: static (eager's error)
+            except Exception as e:   # a symbol this code cannot take: static from now on
                 self._misses += 1
-                self._dynamic.give_up(dims, e)
+                compiled = compile_fn(self._fn, args, kwargs, self._executors, self._options)
+                self._dynamic.give_up(dims, e)   # (not when the call itself is eager's error)
+                return compiled
             else:
                 self._dynamic.add(key, leaves, dims, guards, compiled)
                 return compiled
