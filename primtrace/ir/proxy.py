@@ -465,18 +465,36 @@ class TensorProxy(Proxy, torch.Tensor):
     # --- sizes torch's argument parser would read (__index__) before the tracer sees them:
     # a symbolic input dim (x.view(B, -1) with B = x.shape[0]) reaches the tracer as itself
     def view(self, *args, **kwargs):
-        return _dispatch(torch.Tensor.view, (self, *args), kwargs)
+        return _overridden(torch.Tensor.view, self, args, kwargs)
 
     def reshape(self, *args, **kwargs):
-        return _dispatch(torch.Tensor.reshape, (self, *args), kwargs)
+        return _overridden(torch.Tensor.reshape, self, args, kwargs)
 
     def expand(self, *args, **kwargs):
-        return _dispatch(torch.Tensor.expand, (self, *args), kwargs)
+        return _overridden(torch.Tensor.expand, self, args, kwargs)
+
+    def new_zeros(self, *args, **kwargs):
+        return _overridden(torch.Tensor.new_zeros, self, args, kwargs)
+
+    def new_ones(self, *args, **kwargs):
+        return _overridden(torch.Tensor.new_ones, self, args, kwargs)
+
+    def new_empty(self, *args, **kwargs):
+        return _overridden(torch.Tensor.new_empty, self, args, kwargs)
+
+    def new_full(self, *args, **kwargs):
+        return _overridden(torch.Tensor.new_full, self, args, kwargs)
 
     # --- everything else is a torch call, handed to the tracer ---------------------------
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         return _dispatch(func, args, kwargs)
+
+
+def _overridden(method, self, args, kwargs):
+    """``method(self, *args, **kwargs)`` through torch's function overrides (the tracer's
+    mode, else the proxy's __torch_function__), its arguments not parsed into ints first."""
+    return torch.overrides.handle_torch_function(method, (self,), self, *args, **kwargs)
 
 
 def is_real_tensor(x) -> bool:

@@ -260,3 +260,23 @@ def test_a_read_outside_a_compile_raises():
     n.value = Hint("n", 4, lambda env: env["n"], (), ("n",))
     with pytest.raises(RuntimeError, match="outside of a jit compile"):
         int(n)
+
+
+def test_sizes_passed_to_tensor_methods_are_not_read_first():
+    """x.view(B, ...) and x.expand(B, ...) take the symbol itself (torch's argument parser
+    would read it as an int: a pinned dim); new_zeros(x.shape) reads it (a guard), and the
+    values are eager's either way."""
+    def f(x):
+        b = x.shape[0]
+        return x.view(b, 2, -1).sum(-1) + x.expand(b, 4)[:, :2] * 2
+    jf = primtrace.jit(f, dynamic=True)
+    for n in (3, 5, 1):
+        run(jf, f, torch.randn(n, 4))
+    assert misses(jf) == 1
+
+    def g(x):
+        return x.new_zeros(x.shape) + x.new_full((x.shape[0], 1), 3.0)
+    jg = primtrace.jit(g, dynamic=True)
+    for n in (3, 5, 3):
+        run(jg, g, torch.randn(n, 4))
+    assert misses(jg) == 2
