@@ -20,6 +20,10 @@ Python numbers are runtime inputs: only their type is in the key, unless user co
 ref) read the value while tracing, which marks the number *specialized*; then the entry
 for that key is a table keyed by the values of the specialized numbers.
 
+A miss that differs from a cached entry only in some dims' sizes traces those dims symbolic
+(:mod:`primtrace.tracer.dynamic`; option ``dynamic``): later sizes run that trace while its
+size guards hold, and each new size's key is then cached like any other.
+
 A miss after the first compile is a recompile: before compiling, the call is compared with
 the nearest cached entry, and the differences are kept as its reason
 (:mod:`primtrace.recompiles`, ``cache_info(jfn).recompiles``); nothing of it runs on a hit.
