@@ -19,7 +19,7 @@ import contextlib
 import contextvars
 import operator
 
-from primtrace.ir.proxy import Hint, NumberProxy
+from primtrace.ir.proxy import Hint, NumberProxy, Unknown
 
 _OPS = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
         "eq": operator.eq, "ne": operator.ne}
@@ -95,7 +95,6 @@ def guardable(*xs) -> bool:
 
 
 def _unknown(x) -> bool:
-    from primtrace.ir.proxy import Unknown
     return isinstance(x.value, Unknown)
 
 

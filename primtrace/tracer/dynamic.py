@@ -36,8 +36,6 @@ from primtrace.ir.symbol import Symbol
 from primtrace.ir.trace import Node
 from primtrace.recompiles import Change, _is_container, _is_number_type, _is_tensor, _split
 
-_Tensor = torch.Tensor
-
 #: {leaf index: dims} of the compile running in this context (proxify reads it)
 _dims: contextvars.ContextVar[dict | None] = contextvars.ContextVar("primtrace_dynamic_dims",
                                                                    default=None)
