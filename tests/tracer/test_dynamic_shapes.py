@@ -280,3 +280,17 @@ def test_sizes_passed_to_tensor_methods_are_not_read_first():
     for n in (3, 5, 3):
         run(jg, g, torch.randn(n, 4))
     assert misses(jg) == 2
+
+
+def test_guard_contiguity_of_a_size_one_dim():
+    """x[:, :1] is contiguous in eager only when x has one row: the trace's answer for a
+    symbolic row count is guarded (size <= 1), so one row compiles again (it ran the other
+    branch, silently, before the guard)."""
+    def f(x):
+        y = x[:, :1]
+        return y * 2 if y.is_contiguous() else y + 1
+    jf = primtrace.jit(f, dynamic=True)
+    for n in (3, 5, 1, 4, 1):
+        run(jf, f, torch.randn(n, 4))
+    assert misses(jf) == 2
+    assert "(x.size(0) <= 1) is False" in reasons(jf)[0]
