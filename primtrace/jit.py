@@ -20,6 +20,10 @@ Python numbers are runtime inputs: only their type is in the key, unless user co
 ref) read the value while tracing, which marks the number *specialized*; then the entry
 for that key is a table keyed by the values of the specialized numbers.
 
+A miss that differs from a cached entry only in some dims' sizes traces those dims symbolic
+(:mod:`primtrace.tracer.dynamic`; option ``dynamic``): later sizes run that trace while its
+size guards hold, and each new size's key is then cached like any other.
+
 A miss after the first compile is a recompile: before compiling, the call is compared with
 the nearest cached entry, and the differences are kept as its reason
 (:mod:`primtrace.recompiles`, ``cache_info(jfn).recompiles``); nothing of it runs on a hit.
@@ -43,7 +47,9 @@ from primtrace.executors.trace_to_python import compile_trace
 from primtrace.ir.proxy import NumberProxy
 from primtrace.ir.symbol import SymbolKind
 from primtrace.ir.trace import Trace, current_trace
+from primtrace.ir.size_guards import GuardSet
 from primtrace.recompiles import Change, Recompile, RecompileLog, miss_changes
+from primtrace.tracer import dynamic
 from primtrace.tracer.capture import TracingError, acquire, to_prims
 from primtrace.tracer.inputs import _positional_names, cache_key
 from primtrace.tracer.passes import optimize
@@ -74,6 +80,8 @@ OPTIONS = {
                                         # the backward; "save_all": more memory, less work
     "sink_selections": True,            # x[mask] that a sum reduces: computed on every row,
                                         # summed where the mask is True (tracer/selections.py)
+    "dynamic": None,                    # symbolic input dims (tracer/dynamic.py): None on the
+                                        # second distinct size, True from the first, False never
 }
 STAGES = ("acquisition", "prims", "optimized", "execution")
 
@@ -142,6 +150,8 @@ def _check_options(options: dict) -> dict:
         raise ValueError(f"recompile_limit must be a positive int or None, got {limit!r}")
     if options.get("saved", "min_cut") not in ("min_cut", "save_all"):
         raise ValueError(f"saved must be 'min_cut' or 'save_all', got {options['saved']!r}")
+    if options.get("dynamic") not in (None, True, False):
+        raise ValueError(f"dynamic must be None, True or False, got {options['dynamic']!r}")
     return {**OPTIONS, **options}
 
 
@@ -360,6 +370,7 @@ class JitFunction(functools.partial):
         self._misses = 0
         self._recompiles = RecompileLog(fn, self._options["recompile_limit"])
         self._evicted: dict = {}   # hashes of keys evicted lately (a recompile reason)
+        self._dynamic = dynamic.Dynamic(self._options["dynamic"])   # traces of symbolic dims
         self._last: list[Trace] | None = None
         self._recent: Compiled | None = None   # what the hit path checks first
         self._warned_autocast = False
@@ -446,8 +457,17 @@ class JitFunction(functools.partial):
             if compiled is not None:
                 next(self._hits)
                 return compiled, state
+            compiled = self._dynamic.lookup(key, leaves)   # a trace with symbolic dims
+            state = None if compiled is None else (
+                () if compiled.guard is None else compiled.guard(leaves))
+            if state is not None:   # its guards hold for these sizes: cached under this key
+                next(self._hits)
+                self._insert(key, leaves, compiled)
+                return compiled, state
             why = self._why(key, leaves) if self._misses else None  # the first is no recompile
-            compiled = compile_fn(self._fn, args, kwargs, self._executors, self._options)
+            if why is not None and self._dynamic.failed is not None:
+                why = [self._dynamic.failed, *why]
+            compiled = self._compile(key, leaves, args, kwargs)
             self._misses += 1
             self._insert(key, leaves, compiled)
             self._last = compiled.traces
@@ -459,6 +479,25 @@ class JitFunction(functools.partial):
                     f"{self!r}: the state the function read changed while it was traced "
                     f"(does it assign a global or an attribute it also reads?)")
             return compiled, state
+
+    def _compile(self, key, leaves, args, kwargs) -> Compiled:
+        """Compile for this call: with symbolic dims where they are due (tracer/dynamic.py),
+        static where none are or that trace fails (the failed attempt counts as a miss)."""
+        dims = self._dynamic.choose(list(self._cache), key, leaves)
+        if dims:
+            guards = GuardSet()
+            try:
+                with dynamic.compiling(dims, guards):
+                    compiled = compile_fn(self._fn, args, kwargs, self._executors, self._options)
+            except Exception as e:   # a symbol this code cannot take: static from now on
+                self._misses += 1
+                compiled = compile_fn(self._fn, args, kwargs, self._executors, self._options)
+                self._dynamic.give_up(dims, e)   # (not when the call itself is eager's error)
+                return compiled
+            else:
+                self._dynamic.add(key, leaves, dims, guards, compiled)
+                return compiled
+        return compile_fn(self._fn, args, kwargs, self._executors, self._options)
 
     def _why(self, key, leaves) -> list:
         """Why this call compiles again: its differences from the nearest cached entry."""
@@ -518,6 +557,7 @@ class JitFunction(functools.partial):
             self._misses = 0
             self._recompiles.clear()
             self._evicted.clear()
+            self._dynamic.clear()
 
     def __reduce__(self):
         raise TypeError(f"cannot pickle {self!r}: pickle the function and jit it again")

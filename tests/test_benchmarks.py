@@ -62,3 +62,12 @@ def test_masked_loss_benchmark_runs():
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "| 50% |" in done.stdout and "compiles for 2 masks of different counts: 1" in done.stdout
+
+
+def test_variable_batch_benchmark_runs():
+    args = ["--no-compile", "--context", "8", "--width", "16", "--heads", "2", "--calls", "12",
+            "--max-batch", "6", "--rounds", "1"]
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "variable_batch.py"), *args],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "| primtrace.jit | 2 |" in done.stdout

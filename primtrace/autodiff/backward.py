@@ -99,7 +99,7 @@ def _cotangent_spec(out: TensorProxy):
     """The cotangent's spec: the output's, but dense where the output's memory overlaps (an
     expanded input returned as is): a cotangent's elements are independent."""
     spec = out.spec
-    if any(size > 1 and stride == 0 for size, stride in zip(spec.shape, spec.strides)):
+    if any(stride == 0 and size > 1 for size, stride in zip(spec.shape, spec.strides)):
         return dataclasses.replace(spec, strides=contiguous_strides(spec.shape))
     return spec
 

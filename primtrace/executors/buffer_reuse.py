@@ -87,7 +87,9 @@ def _dead_operand(node: Node, autograd: bool = True):
         return None
     if autograd and any(getattr(p, "requires_grad", False) for p in (*node.inputs, out)):
         return None
-    same = (tuple(a.shape) == tuple(out.shape) and a.dtype == out.dtype
+    same = (len(a.shape) == len(out.shape) and all(   # symbolic sizes: the same proxy
+        m is n or (type(m) is int and type(n) is int and m == n)
+        for m, n in zip(a.shape, out.shape)) and a.dtype == out.dtype
             and a.device == out.device and tuple(a.stride()) == tuple(out.stride()))
     return a if same else None
 

@@ -56,6 +56,8 @@ class _Emitter:
             return "[" + ", ".join(self.expr(x) for x in v) + "]"
         if t is dict:
             return "{" + ", ".join(f"{self.expr(k)}: {self.expr(x)}" for k, x in v.items()) + "}"
+        if t is slice and proxies_in(v):   # x[:n] with n a symbolic size
+            return f"slice({self.expr(v.start)}, {self.expr(v.stop)}, {self.expr(v.step)})"
         if isinstance(v, tuple) and proxies_in(tuple(v)):  # a namedtuple or torch.return_types
             items = self.expr(tuple(v))
             if hasattr(t, "_fields"):   # a namedtuple takes its fields as arguments

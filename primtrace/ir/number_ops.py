@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import operator
 
-from primtrace.ir.proxy import NumberProxy, NumberSpec, Proxy, SizeProxy, Unknown
+from primtrace.ir import size_guards
+from primtrace.ir.proxy import Hint, NumberProxy, NumberSpec, Proxy, SizeProxy, Unknown
 from primtrace.ir.symbol import Symbol, SymbolKind
 from primtrace.ir.trace import current_trace
 
@@ -47,10 +48,26 @@ def _meta(name):
         values = [a.value if isinstance(a, NumberProxy) else a for a in args]
         unknown = next((v for v in values if isinstance(v, Unknown)), None)
         kind = _result_type(name, args)
+        if unknown is not None and size_guards.guardable(*args):
+            unknown = _hinted(name, op, args)
         return NumberSpec(kind, op(*values) if unknown is None else unknown,
                           tuple(a for a in args if isinstance(a, NumberProxy)),
                           _bounds(name, args) if unknown is not None and kind is int else None)
     return meta
+
+
+def _hinted(name, op, args) -> Hint:
+    """The value of `name` on symbolic input dims (and known numbers): computed on the hints
+    now, from the base dims' values when a guard is checked."""
+    fns = [a.value.fn if size_guards.hinted(a) else
+           (lambda env, v=(a.value if isinstance(a, NumberProxy) else a): v) for a in args]
+    numbers = tuple(n for a in args if size_guards.hinted(a) for n in a.value.numbers) + \
+        tuple(a for a in args if isinstance(a, NumberProxy) and not size_guards.hinted(a))
+    hint = op(*[a.value.hint if size_guards.hinted(a) else
+                a.value if isinstance(a, NumberProxy) else a for a in args])
+    what = f"{name}({', '.join(size_guards._name(a) for a in args)})"
+    bases = tuple(dict.fromkeys(b for a in args if size_guards.hinted(a) for b in a.value.bases))
+    return Hint(what, hint, lambda env: op(*[f(env) for f in fns]), numbers, bases)
 
 
 # --- ints known only at run time (data-dependent sizes): bounds and comparisons --------------
@@ -145,7 +162,27 @@ def _combined(name, args):
     k = _constant(pb)
     if name in ("floordiv", "mod") and k and all(c % k == 0 for _, c in pa):
         return tuple((m, c // k) for m, c in pa) if name == "floordiv" else ()
+    if name in ("floordiv", "mod") and k is None and len(pb) == 1 and \
+            (bounds_of(args[1]) or (None,))[0] is not None and bounds_of(args[1])[0] >= 1:
+        quotient = _divided(pa, pb[0])   # (8 * n) // n: 8, for a divisor that is never 0
+        if quotient is not None:
+            return quotient if name == "floordiv" else ()
     return None
+
+
+def _divided(pa, term):
+    """The polynomial pa / term where one monomial `term` divides each of pa's exactly."""
+    (mb, cb), out = term, []
+    for m, c in pa:
+        powers = dict(m)
+        for base, p in mb:
+            if powers.get(base, 0) < p:
+                return None
+            powers[base] -= p
+        if c % cb:
+            return None
+        out.append((tuple(sorted((b, p) for b, p in powers.items() if p)), c // cb))
+    return _normal(dict(out))
 
 
 def _difference(a, b):
@@ -257,7 +294,8 @@ def _extreme_meta(name):
             both(alo, blo), either(ahi, bhi))
         what = f"{name}({getattr(a, 'name', a)}, {getattr(b, 'name', b)})"
         sources = tuple(x for x in (a, b) if isinstance(x, NumberProxy))
-        return NumberSpec(int, Unknown(what), sources, (lower, upper))
+        value = _hinted(name, pick, (a, b)) if size_guards.guardable(a, b) else Unknown(what)
+        return NumberSpec(int, value, sources, (lower, upper))
     return meta
 
 
@@ -322,6 +360,8 @@ def _compare(name):
             known = _decide(name, self, other)
             if known is not None:
                 return known
+            if size_guards.guardable(self, other):
+                return size_guards.compare(name, self, other)
         other = other._read() if isinstance(other, NumberProxy) else other
         return op(self._read(), other)
     return method

@@ -68,6 +68,27 @@ class Unknown:
         return f"<unknown until run: {self.what}>"
 
 
+class Hint(Unknown):
+    """The trace-time value of an int that is a runtime input all the same: a dim of an input
+    tensor traced as a symbolic size (``jit(fn, dynamic=True)``), or arithmetic on such dims.
+
+    Meta functions relate it symbolically (equal sizes, broadcasting, bounds); code that
+    needs its value (``int(n)``, ``if n > 8:``) gets `hint`, the value of the call being
+    traced, and the read adds a guard (:mod:`primtrace.ir.size_guards`) that later calls
+    must pass to use the trace. `fn(env)` computes the value from the base dims' values
+    (``env``: base name -> int) when a guard is checked; `numbers`: the runtime Python
+    numbers it was computed with (a guard on it specializes them)."""
+    __slots__ = ("hint", "fn", "numbers", "bases")
+
+    def __init__(self, what: str, hint: int, fn: Callable, numbers: tuple = (),
+                 bases: tuple = ()):
+        super().__init__(what)
+        self.hint, self.fn, self.numbers, self.bases = hint, fn, numbers, bases
+
+    def __repr__(self):
+        return f"<symbolic size {self.what} (hint {self.hint})>"
+
+
 #: called with the Unknown a traced number holds when user code reads its value (the
 #: tracer installs one that raises its DataDependentError at the user's line)
 _unknown_read: Callable | None = None
@@ -124,7 +145,11 @@ class NumberProxy(Proxy):
         self.sources = sources  # the number proxies this one was computed from
 
     def _read(self):
-        """The trace-time value; reading it specializes this number and its sources."""
+        """The trace-time value; reading it specializes this number and its sources (a
+        symbolic size's read is a guard that it keeps this value)."""
+        if isinstance(self.value, Hint):
+            from primtrace.ir.size_guards import read_hint
+            return read_hint(self)
         if isinstance(self.value, Unknown):
             if _unknown_read is not None:
                 _unknown_read(self.value)
@@ -135,6 +160,8 @@ class NumberProxy(Proxy):
         return self.value
 
     def __bool__(self):
+        if self.python_type is int and isinstance(self.value, Unknown):
+            return self != 0   # a size's bounds may tell (n >= 1), else a guard or an error
         return bool(self._read())
 
     def __int__(self):
@@ -435,10 +462,39 @@ class TensorProxy(Proxy, torch.Tensor):
     def __reduce_ex__(self, protocol):
         raise TypeError(f"a primtrace proxy ({self._name}) cannot be pickled or deep-copied")
 
+    # --- sizes torch's argument parser would read (__index__) before the tracer sees them:
+    # a symbolic input dim (x.view(B, -1) with B = x.shape[0]) reaches the tracer as itself
+    def view(self, *args, **kwargs):
+        return _overridden(torch.Tensor.view, self, args, kwargs)
+
+    def reshape(self, *args, **kwargs):
+        return _overridden(torch.Tensor.reshape, self, args, kwargs)
+
+    def expand(self, *args, **kwargs):
+        return _overridden(torch.Tensor.expand, self, args, kwargs)
+
+    def new_zeros(self, *args, **kwargs):
+        return _overridden(torch.Tensor.new_zeros, self, args, kwargs)
+
+    def new_ones(self, *args, **kwargs):
+        return _overridden(torch.Tensor.new_ones, self, args, kwargs)
+
+    def new_empty(self, *args, **kwargs):
+        return _overridden(torch.Tensor.new_empty, self, args, kwargs)
+
+    def new_full(self, *args, **kwargs):
+        return _overridden(torch.Tensor.new_full, self, args, kwargs)
+
     # --- everything else is a torch call, handed to the tracer ---------------------------
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         return _dispatch(func, args, kwargs)
+
+
+def _overridden(method, self, args, kwargs):
+    """``method(self, *args, **kwargs)`` through torch's function overrides (the tracer's
+    mode, else the proxy's __torch_function__), its arguments not parsed into ints first."""
+    return torch.overrides.handle_torch_function(method, (self,), self, *args, **kwargs)
 
 
 def is_real_tensor(x) -> bool:

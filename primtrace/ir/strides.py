@@ -73,7 +73,13 @@ def contiguous_strides(shape) -> tuple[int, ...]:
 
 
 def matches_dense(shape, strides, expected) -> bool:
-    """Whether `strides` are `expected` wherever it matters (dims of size > 1; a size known
-    only at run time may be > 1)."""
-    return all(s == e or (isinstance(size, int) and size <= 1)
-               for size, s, e in zip(shape, strides, expected))
+    """Whether `strides` are `expected` wherever it matters (dims of size > 1; a data-dependent
+    size may be > 1; a symbolic input dim's `<= 1` is guarded)."""
+    return all(s == e or _at_most_one(size) for size, s, e in zip(shape, strides, expected))
+
+
+def _at_most_one(size) -> bool:
+    if isinstance(size, int):
+        return size <= 1
+    from primtrace.ir.size_guards import hinted
+    return hinted(size) and size <= 1

@@ -13,7 +13,7 @@ from typing import Any, Callable
 import torch
 
 from primtrace.ir.kinds import SymbolKind
-from primtrace.ir.proxy import NumberSpec, Proxy, SizeProxy, TensorSpec
+from primtrace.ir.proxy import Hint, NumberSpec, Proxy, SizeProxy, TensorSpec
 from primtrace.ir.trace import Node, current_trace
 from primtrace.ir.tree import tree_flatten
 
@@ -28,8 +28,11 @@ def _to_proxies(trace, out, requires_grad: bool = False):
         return trace.tensor(out, requires_grad=requires_grad and differentiable)
     if isinstance(out, NumberSpec):
         if out.bounds is not None:   # an int known only at run time, within bounds
-            return SizeProxy(trace.fresh_name("n"), out.value.what, *out.bounds,
+            size = SizeProxy(trace.fresh_name("n"), out.value.what, *out.bounds,
                              sources=out.sources)
+            if isinstance(out.value, Hint):   # arithmetic on symbolic input dims
+                size.value = out.value
+            return size
         proxy = trace.number(out.python_type, out.value)
         proxy.sources = out.sources
         return proxy

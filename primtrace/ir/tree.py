@@ -1,7 +1,7 @@
 """Walking the nests of tuples, lists and dicts that arguments and results come in.
 
-One rule everywhere: tuples (named ones too), lists and dicts are containers, everything
-else is a leaf.
+One rule everywhere: tuples (named ones too), lists and dicts are containers, and slices
+(``x[:n]`` with n a symbolic size holds a proxy), everything else is a leaf.
 """
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ def tree_flatten(obj) -> list:
         return [leaf for item in obj for leaf in tree_flatten(item)]
     if isinstance(obj, dict):
         return [leaf for key in obj for leaf in tree_flatten(obj[key])]
+    if type(obj) is slice:
+        return tree_flatten((obj.start, obj.stop, obj.step))
     return [obj]
 
 
@@ -24,6 +26,8 @@ def tree_map(fn, obj):
         return t(tree_map(fn, x) for x in obj)
     if t is dict:
         return {k: tree_map(fn, v) for k, v in obj.items()}
+    if t is slice:
+        return slice(*(tree_map(fn, x) for x in (obj.start, obj.stop, obj.step)))
     if isinstance(obj, tuple):   # a namedtuple, torch.return_types
         items = [tree_map(fn, x) for x in obj]
         return t(*items) if hasattr(obj, "_fields") else t(items)

@@ -51,6 +51,9 @@ def matmul_shape(a_shape, b_shape) -> tuple:
     for i in range(-ndim, 0):
         x = batch_a[i] if -i <= len(batch_a) else 1
         y = batch_b[i] if -i <= len(batch_b) else 1
+        if x is y or (type(y) is int and y == 1) or (type(x) is int and x == 1):
+            batch.append(y if type(x) is int and x == 1 else x)   # no symbolic size read
+            continue
         if x != y and 1 not in (x, y):
             raise RuntimeError(f"The size of tensor a ({x}) must match the size of tensor b "
                                f"({y}) at non-singleton dimension {ndim + i}")

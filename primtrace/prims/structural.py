@@ -45,7 +45,12 @@ def _broadcast_meta(a, shape, broadcast_dimensions):
             f"prims.broadcast_in_dim: bad broadcast_dimensions {dims} for {a.ndim}-d input")
     strides = [0] * len(shape)
     for i, d in enumerate(dims):
-        if a.shape[i] == shape[d]:
+        m, n = a.shape[i], shape[d]
+        if m is n or (type(m) is int and type(n) is int and m == n):
+            strides[d] = a.stride()[i]
+        elif type(m) is int and m == 1:   # broadcast to a symbolic size: no read of it
+            pass
+        elif m == n:
             strides[d] = a.stride()[i]
         elif a.shape[i] != 1:
             raise PrimContractError(

@@ -43,7 +43,7 @@ def is_laid_out(t, memory_format) -> builtins.bool:
     if order is None or len(order) != t.ndim:
         return False
     expected = dense_strides(tuple(t.shape), order)
-    return all(n <= 1 or s == e for n, s, e in zip(t.shape, t.stride(), expected))
+    return all(s == e or n <= 1 for n, s, e in zip(t.shape, t.stride(), expected))
 
 
 def suggest_memory_format(t):

@@ -79,6 +79,8 @@ def broadcast_shapes(*shapes) -> tuple:
                 result[i] = n
             elif n is result[i] or type(n) is int and type(result[i]) is int and n == result[i]:
                 continue
+            elif _guarded_broadcast(n, result, i):
+                continue
             elif type(n) is not int or type(result[i]) is not int:
                 from primtrace.ir.proxy import needs_value
                 needs_value(n if type(n) is not int else result[i],
@@ -91,13 +93,36 @@ def broadcast_shapes(*shapes) -> tuple:
     return tuple(result)
 
 
+def _guarded_broadcast(n, result: list, i: int) -> bool:
+    """Broadcast size `n` into ``result[i]`` where one of them is a symbolic input dim (whose
+    relation to the other is guarded: equal, or one of them 1); False where neither is, or
+    they do not broadcast (the caller raises)."""
+    from primtrace.ir.size_guards import guardable
+    r = result[i]
+    if not guardable(n, r):
+        return False
+    if n == r or n == 1:
+        return True
+    if r == 1:
+        result[i] = n
+        return True
+    return False
+
+
 def _letter(i: int) -> str:
     return "abcdefghijklmnopqrstuvwxyz"[i] if i < 26 else str(i)
 
 
+def same_shape(a, b) -> bool:
+    """Whether two shapes are the same for every value of their symbolic sizes (the same
+    size proxy, or equal ints): reads no size (False where only some values match)."""
+    return len(a) == len(b) and all(
+        m is n or (type(m) is int and type(n) is int and m == n) for m, n in zip(a, b))
+
+
 def broadcast(t, shape):
     """Broadcast a dimensioned tensor to `shape`; 0-dim tensors and numbers stay scalars."""
-    if not is_tensor(t) or t.ndim == 0 or tuple(t.shape) == tuple(shape):
+    if not is_tensor(t) or t.ndim == 0 or same_shape(t.shape, shape):
         return t
     offset = len(shape) - t.ndim
     return prims.broadcast_in_dim(t, tuple(shape), tuple(range(offset, len(shape))))

@@ -7,6 +7,7 @@ import operator
 
 import torch
 
+from primtrace.ir.size_guards import hinted
 from primtrace.refs.core import is_tensor
 from primtrace.refs.reductions import wrap_dim
 
@@ -46,7 +47,7 @@ def int_list(name, argument, values, position=1, required=False) -> tuple:
             raise TypeError(f"{name}(): argument '{argument}' (position {position}) must be "
                             f"tuple of ints, but found element of type {type(v).__name__} at "
                             f"pos {i}")
-        out.append(operator.index(v))
+        out.append(v if hinted(v) else operator.index(v))   # a symbolic input dim stays one
     return tuple(out)
 
 

@@ -15,6 +15,7 @@ import re
 import torch
 
 from primtrace.ir.proxy import TensorSpec
+from primtrace.tracer import dynamic
 
 _Tensor = torch.Tensor
 _get_default_dtype = torch.get_default_dtype
@@ -121,10 +122,13 @@ def proxify(trace, fn, args: tuple, kwargs: dict, numbers_as_constants: bool = F
 
     def wrap(x, name):
         if isinstance(x, _Tensor):
-            p = trace.tensor(TensorSpec.of(x), name=namer(name), requires_grad=x.requires_grad)
+            name = namer(name)
+            spec = dynamic.input_spec(trace, name, x, len(inputs), namer) or TensorSpec.of(x)
+            p = trace.tensor(spec, name=name, requires_grad=x.requires_grad)
             p.__dict__["_leaf"] = x.is_leaf
             tensors.setdefault(id(x), (len(inputs), p, x))
             inputs.append(p)
+            dynamic.record_dims(trace, p)   # its symbolic dims (automatic dynamic dims)
             return p
         t = type(x)
         if t in _NUMBER_TYPES:

@@ -336,6 +336,10 @@ class Replay:
                     {k: self._encode(v, f"{label}.{k}") for k, v in new.items()
                      if k not in old or old[k] is not v})
         if kind in ("dict", "obj"):
+            key = next((k for k in new if k not in old and holds_proxy(k)), None)
+            if key is not None:   # CACHE[tuple(x.shape)] with a symbolic size in the key
+                raise ReplayError(f"{label}[{key!r}]: the key holds a traced value, which a "
+                                  f"replay cannot rebuild")
             deleted = [k for k in old if k not in new]
             order = [k for k in old if k in new] + [k for k in new if k not in old]
             sets = {k: self._encode(v, f"{label}[{k!r}]" if kind == "dict" else f"{label}.{k}")

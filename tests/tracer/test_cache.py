@@ -175,7 +175,7 @@ def test_the_key_is_lean_and_distinguishes_what_it_must():
 
 
 def test_the_cache_is_bounded():
-    jfn = primtrace.jit(lambda x: x + 1, cache_size=2)
+    jfn = primtrace.jit(lambda x: x + 1, cache_size=2, dynamic=False)
     for n in (1, 2, 3):
         jfn(torch.randn(n))
     info = primtrace.cache_info(jfn)

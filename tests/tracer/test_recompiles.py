@@ -178,7 +178,7 @@ def test_several_changes_are_all_listed_and_the_nearest_entry_is_used():
 
 
 def test_eviction():
-    jf = primtrace.jit(lambda x: x + 1, cache_size=1)
+    jf = primtrace.jit(lambda x: x + 1, cache_size=1, dynamic=False)
     jf(torch.ones(1))
     jf(torch.ones(2))
     jf(torch.ones(1))
@@ -378,7 +378,7 @@ def growing(x):
 
 
 def test_warning_at_the_limit_once():
-    jf = primtrace.jit(growing, recompile_limit=3)
+    jf = primtrace.jit(growing, recompile_limit=3, dynamic=False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for n in range(1, 9):
@@ -412,10 +412,10 @@ def test_default_limit_is_torchs_and_none_never_warns():
         getattr(dynamo_config, "recompile_limit", 8) == 8
     with warnings.catch_warnings():
         warnings.simplefilter("error", RecompileWarning)
-        jf = primtrace.jit(growing, recompile_limit=None)
+        jf = primtrace.jit(growing, recompile_limit=None, dynamic=False)
         for n in range(1, 12):
             jf(torch.ones(n))
-    jd = primtrace.jit(growing)
+    jd = primtrace.jit(growing, dynamic=False)
     with pytest.warns(RecompileWarning, match=r"recompile_limit \(8\)"):
         for n in range(1, 10):
             jd(torch.ones(n))
@@ -425,7 +425,7 @@ def test_default_limit_is_torchs_and_none_never_warns():
 
 
 def test_the_list_is_bounded_but_numbers_go_on():
-    jf = primtrace.jit(growing, recompile_limit=None, cache_size=4)
+    jf = primtrace.jit(growing, recompile_limit=None, cache_size=4, dynamic=False)
     for n in range(1, KEPT + 12):
         jf(torch.ones(n))
     found = recompiles(jf)

@@ -49,7 +49,7 @@ def _contiguous(t) -> bool:
         return True  # eager: an empty tensor is contiguous whatever its strides
     expected = 1
     for size, stride in reversed(list(zip(t.shape, t.stride()))):
-        if size != 1 and stride != expected:
+        if stride != expected and size != 1:   # sizes last: a symbolic dim's is not read
             return False
         expected *= size
     return True
