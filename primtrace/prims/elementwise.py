@@ -119,22 +119,49 @@ def _pow_vjp(g, y, a, b):
 
 
 def _acosh_derivative(a, y):
-    """1 / sqrt((a - 1)(a + 1)), as torch's (a^2 - 1)^(-1/2) outside the domain too (finite
-    where a < -1, where acosh is NaN); complex: 1 / (sqrt(a - 1) sqrt(a + 1)), the principal
+    """torch's (a^2 - 1)^(-1/2): finite where a < -1 (acosh is NaN there), +inf at -1 and 1
+    ((a - 1)(a + 1) is -0 at -1); complex: 1 / (sqrt(a - 1) sqrt(a + 1)), the principal
     branch's derivative."""
     if a.dtype.is_complex:
         return P.mul(P.rsqrt(P.sub(a, 1)), P.rsqrt(P.add(a, 1)))
-    return P.rsqrt(P.mul(P.sub(a, 1), P.add(a, 1)))
+    return P.rsqrt(P.sub(P.mul(a, a), 1))
 
 
-def _extremum_vjp(wins):
-    """maximum/minimum as torch.maximum differentiates: a tie splits g in halves."""
+def _floor_divide(a, b):
+    """a // b as eager's div(rounding_mode="floor") computes it for floats (remainder's
+    derivative in b is -(a // b), and floor(a / b) is off by one where a / b rounds up to an
+    integer): (a - fmod(a, b)) / b, the remainder's sign and the rounding corrected; the true
+    quotient where b is 0."""
+    like = a if is_tensor(a) else b
+    a, b = _t(a, like), _t(b, like)
+    mod = P.fmod(a, b)
+    div = P.div(P.sub(a, mod), b)
+    wrong_sign = P.bitwise_and(P.ne(mod, 0), P.ne(P.lt(b, 0), P.lt(mod, 0)))
+    div = P.where(wrong_sign, P.sub(div, 1), div)
+    floor = P.floor(div)
+    floor = P.where(P.gt(P.sub(div, floor), 0.5), P.add(floor, 1), floor)
+    true_quotient = P.div(a, b)
+    floor = P.where(P.ne(div, 0), floor, P.copysign(P.full((), 0, dtype=div.dtype,
+                                                           device=div.device), true_quotient))
+    return P.where(P.eq(b, 0), true_quotient, floor)
+
+
+def _nextafter_vjp(g, y, a, b):
+    """g to `a` but where a == b (the result is b there), as torch's; none to `b`."""
+    if not is_tensor(a):
+        return None, None
+    return P.where(P.eq(_t(a, g), _t(b, g)), 0, g), None
+
+
+def _extremum_vjp(loses):
+    """maximum/minimum as torch.maximum differentiates: a tie splits g in halves, and g goes
+    to an operand unless it loses (both get g where one is NaN)."""
     def rule(g, y, a, b):
         a, b = _t(a, g), _t(b, g)
         tie = P.eq(a, b)
         half = P.mul(g, 0.5)
-        return (P.where(tie, half, P.where(getattr(P, wins)(a, b), g, 0)),
-                P.where(tie, half, P.where(getattr(P, wins)(b, a), g, 0)))
+        return (P.where(tie, half, P.where(getattr(P, loses)(a, b), 0, g)),
+                P.where(tie, half, P.where(getattr(P, loses)(b, a), 0, g)))
     return rule
 
 
@@ -162,7 +189,8 @@ UNARY = [
     ("rsqrt", torch.rsqrt, FLOAT_COMPLEX, "same", lambda a, y: P.mul(P.mul(y, P.mul(y, y)), -0.5)),
     ("exp", torch.exp, FLOAT_COMPLEX, "same", lambda a, y: y),
     ("exp2", torch.exp2, FLOAT_COMPLEX, "same", lambda a, y: P.mul(y, math.log(2))),
-    ("expm1", torch.expm1, FLOAT_COMPLEX, "same", lambda a, y: P.add(y, 1)),
+    # exp(a), not y + 1: that cancels to 0 below -37 (elu(alpha=1e300)'s gradient at -100)
+    ("expm1", torch.expm1, FLOAT_COMPLEX, "same", lambda a, y: P.exp(a)),
     ("log", torch.log, FLOAT_COMPLEX, "same", lambda a, y: P.reciprocal(a)),
     ("log1p", torch.log1p, FLOAT_COMPLEX, "same", lambda a, y: P.reciprocal(P.add(a, 1))),
     ("log2", torch.log2, FLOAT_COMPLEX, "same", lambda a, y: P.reciprocal(P.mul(a, math.log(2)))),
@@ -239,7 +267,7 @@ BINARY = [
     ("mul", torch.mul, ANY, "same", (lambda a, b, y: b, lambda a, b, y: a)),
     ("div", _int_div, NUMERIC, "same", VJP(_div_vjp)),
     ("remainder", torch.remainder, REAL_NUMERIC, "same",
-     (lambda a, b, y: 1, lambda a, b, y: P.neg(P.floor(P.div(a, b))))),
+     (lambda a, b, y: 1, lambda a, b, y: P.neg(_floor_divide(a, b)))),
     ("fmod", torch.fmod, REAL_NUMERIC, "same",
      (lambda a, b, y: 1, lambda a, b, y: P.neg(P.trunc(P.div(a, b))))),
     ("pow", torch.pow, NUMERIC, "same", VJP(_pow_vjp)),
@@ -249,10 +277,10 @@ BINARY = [
      (lambda a, b, y: P.div(a, y), lambda a, b, y: P.div(b, y))),
     ("copysign", torch.copysign, FLOATING, "same",
      (lambda a, b, y: _at_zero(a, 0, P.div(y, a)), None)),
-    ("nextafter", torch.nextafter, FLOATING, "same", (lambda a, b, y: 1, None)),
+    ("nextafter", torch.nextafter, FLOATING, "same", VJP(_nextafter_vjp)),
     ("heaviside", torch.heaviside, REAL, "same", TORCH_RAISES),
-    ("maximum", _maximum, REAL, "same", VJP(_extremum_vjp("gt"))),
-    ("minimum", _minimum, REAL, "same", VJP(_extremum_vjp("lt"))),
+    ("maximum", _maximum, REAL, "same", VJP(_extremum_vjp("lt"))),
+    ("minimum", _minimum, REAL, "same", VJP(_extremum_vjp("gt"))),
     ("fmax", torch.fmax, REAL, "same", VJP(_fextremum_vjp("ge"))),
     ("fmin", torch.fmin, REAL, "same", VJP(_fextremum_vjp("le"))),
     ("bitwise_and", torch.bitwise_and, INTEGRAL, "same", INTEGER_ONLY),

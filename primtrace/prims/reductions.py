@@ -133,11 +133,11 @@ def _count(a, dims) -> int:
 
 
 def _extreme_vjp(g, y, a, dims):
-    """torch's amax/amin derivative: g shared evenly among the elements equal to the result
-    (none where the result is NaN)."""
-    hits = P.eq(a, restore_dims(y, a, dims))
-    count = P.sum(P.convert_element_type(hits, g.dtype), dims)
-    return P.where(hits, restore_dims(P.div(g, count), a, dims), 0), None
+    """torch's amax/amin derivative: g shared evenly among the elements equal to the result,
+    hits * g / count (NaN for every element where the result is NaN: no element equals it)."""
+    hits = P.convert_element_type(P.eq(a, restore_dims(y, a, dims)), g.dtype)
+    count = restore_dims(P.sum(hits, dims), a, dims)
+    return P.div(P.mul(hits, restore_dims(g, a, dims)), count), None
 
 
 def _var_vjp(g, y, a, dims, *, correction):

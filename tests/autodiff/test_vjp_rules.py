@@ -405,3 +405,37 @@ def test_half_rules_compute_in_float32(name, shape, arg, kwargs, dtype):
     got = vjp(prim, g, y, (x, arg), kwargs)[0]
     want = vjp(prim, g.float(), y.float(), (x.float(), arg), kwargs)[0].to(dtype)
     assert torch.equal(got, want)
+
+
+_NAN = float("nan")
+EDGES = [   # prim, its arguments, the torch function whose autograd gives the cotangents
+    ("nextafter", (torch.tensor([-1.0, 2.0, -math.inf, 1.0], dtype=F64),
+                   torch.tensor([-1.0, 3.0, -math.inf, _NAN], dtype=F64)), torch.nextafter),
+    ("maximum", (torch.tensor([_NAN, 1.0, 2.0, 3.0], dtype=F64),
+                 torch.tensor([1.0, _NAN, 2.0, 1.0], dtype=F64)), torch.maximum),
+    ("minimum", (torch.tensor([_NAN, 1.0, 2.0, 3.0], dtype=F64),
+                 torch.tensor([1.0, _NAN, 2.0, 1.0], dtype=F64)), torch.minimum),
+    # a / b rounds up to an integer: -(a // b) is 249, floor(a / b) 250
+    ("remainder", (torch.tensor([-0.25, 0.25, 7.0, 1e30], dtype=F64),
+                   torch.tensor([-1e-3, 1e-3, 0.1, 3e-8], dtype=F64)), torch.remainder),
+    ("amax", (torch.tensor([[_NAN, 1.0, 2.0], [1.0, 3.0, 3.0]], dtype=F64), (1,)),
+     lambda a, dims: torch.amax(a, dims)),
+]
+
+
+@pytest.mark.parametrize("name,args,fn", EDGES, ids=[e[0] for e in EDGES])
+def test_rules_match_torch_at_edges(name, args, fn):
+    """Where the derivative is a convention (NaN operands, ties, a quotient rounded to an
+    integer), the rule's cotangents are torch autograd's, NaN where its are."""
+    prim = prims.ALL_PRIMS[name]
+    y = prim(*args)
+    g = rand(*y.shape)
+    got = vjp(prim, g, y, args, {})
+    leaves = [a.clone().requires_grad_() if isinstance(a, torch.Tensor) else a for a in args]
+    tensors = [t for t in leaves if isinstance(t, torch.Tensor)]
+    want = torch.autograd.grad(fn(*leaves), tensors, g, allow_unused=True)
+    for ours, theirs in zip(got, want):
+        if ours is None or theirs is None:   # none is zeros (backward_trace makes them)
+            assert not bool((theirs if ours is None else ours).any())
+        else:
+            torch.testing.assert_close(ours, theirs, equal_nan=True)
