@@ -63,14 +63,24 @@ def p_norm(x, dims, p, result):
     elif p == -math.inf:
         y = prims.amin(a, dims)
     elif p == 0:
-        y = prims.sum(maybe_convert(prims.ne(a, 0), a.dtype), dims)
+        # the count of nonzeros, as 1 or a * 0 per element: eager's result requires grad
+        # (its gradient is zeros), so this one reads `a` on a differentiable path
+        y = prims.sum(prims.where(prims.ne(a, 0), 1, prims.mul(a, 0)), dims)
     elif p == 1:
         y = prims.sum(a, dims)
     elif p == 2:
-        y = prims.sqrt(prims.sum(prims.mul(a, a), dims))
+        y = _at_zero_norm(prims.sum(prims.mul(a, a), dims), prims.sqrt)
     else:
-        y = prims.pow(prims.sum(prims.pow(a, p), dims), 1.0 / p)
+        y = _at_zero_norm(prims.sum(prims.pow(a, p), dims), lambda s: prims.pow(s, 1.0 / p))
     return maybe_convert(y, result)
+
+
+def _at_zero_norm(total, root):
+    """root(total), 0 where total is 0 with root computed at 1 there: the value is the same,
+    and the gradient of a zero norm is 0 as eager's (root's derivative at 0 is infinite,
+    and infinity times the zero derivative of the sum is NaN)."""
+    zero = prims.eq(total, 0)
+    return prims.where(zero, 0, root(prims.where(zero, 1, total)))
 
 
 def vector_norm_of(name, x, ord, dim, keepdim, dtype):

@@ -554,13 +554,14 @@ def pdist(input, p=2):
         raise NotImplementedError(f"\"pdist\" not implemented for "
                                   f"'{dtypes.scalar_type_name(input.dtype)}'")
     n, m = input.shape
-    if n < 2:
+    if n == 0:
         return prims.full((0,), 0, dtype=input.dtype, device=input.device)
-    shape = (n, n, m)
-    diff = prims.sub(prims.broadcast_in_dim(input, shape, (0, 2)),
-                     prims.broadcast_in_dim(input, shape, (1, 2)))
-    distances = p_norm(diff, (2,), p, input.dtype)
-    return prims.take(distances, _upper_pairs(n, input.device))
+    # the pairs' rows, not all n * n differences: the diagonal's zero distances would put
+    # 0 * inf (the norm's derivative at 0) into the gradient
+    flat = _upper_pairs(n, input.device)
+    first, second = prims.div(flat, n), prims.remainder(flat, n)
+    diff = prims.sub(prims.index_select(input, 0, first), prims.index_select(input, 0, second))
+    return p_norm(diff, (1,), p, input.dtype)
 
 
 @ref(module=MODULE)

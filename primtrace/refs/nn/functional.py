@@ -146,10 +146,14 @@ SELU_SCALE = 1.0507009873554804934193349852946
 
 
 def _elu(x, negcoef, poscoef=1.0, negiptcoef=1.0):
-    """eager's elu kernel: x <= 0 ? expm1(x * negiptcoef) * negcoef : x * poscoef."""
-    inner = x if negiptcoef == 1.0 else prims.mul(x, negiptcoef)
+    """eager's elu kernel: x <= 0 ? expm1(x * negiptcoef) * negcoef : x * poscoef. The
+    exponential is computed at 0 where x > 0 (its value unused): its gradient there is 0,
+    not 0 * exp(overflow) = NaN."""
+    negative = prims.le(x, 0)
+    inner = prims.where(negative, x, 0)
+    inner = inner if negiptcoef == 1.0 else prims.mul(inner, negiptcoef)
     positive = x if poscoef == 1.0 else prims.mul(x, poscoef)
-    return prims.where(prims.le(x, 0), prims.mul(prims.expm1(inner), negcoef), positive)
+    return prims.where(negative, prims.mul(prims.expm1(inner), negcoef), positive)
 
 
 @activation(DEFAULT, numbers={"alpha": COMPUTATION}, checks=[dispatch("elu_cpu", FLOATS)],
@@ -209,23 +213,37 @@ def gelu(input, *, approximate="none"):
 @activation(DEFAULT, checks=[dispatch("silu_cpu", (*FLOATS, *dtypes.COMPLEXES))],
             writes="input")
 def silu(input):
-    """x * sigmoid(x), as eager computes it: x / (1 + exp(-x))."""
-    return prims.div(input, prims.add(prims.exp(prims.neg(input)), 1))
+    """x * sigmoid(x), as eager computes it: x / (1 + exp(-x)). Where exp(-x) overflows (x
+    finite) the quotient is x / inf, computed so: exp's gradient there would be
+    0 * inf = NaN (eager's is 0)."""
+    if input.dtype.is_complex:
+        return prims.div(input, prims.add(prims.exp(prims.neg(input)), 1))
+    overflows = prims.bitwise_and(prims.gt(prims.neg(input), math.log(torch.finfo(input.dtype).max)),
+                                  prims.ne(input, -math.inf))   # -inf: NaN, as eager's
+    safe = prims.where(overflows, 0, input)
+    quotient = prims.div(input, prims.add(prims.exp(prims.neg(safe)), 1))
+    return prims.where(overflows, prims.div(input, math.inf), quotient)
 
 
 @activation(DEFAULT, checks=[dispatch("mish_cpu", FLOATS)], writes="input")
 def mish(input):
-    """x * tanh(softplus(x)), softplus as log1p(exp(x)) (no threshold)."""
-    return prims.mul(input, prims.tanh(prims.log1p(prims.exp(input))))
+    """x * tanh(softplus(x)), softplus as log1p(exp(x)) (no threshold). Above 20 (finite) tanh
+    of it is 1 in float32 and float64, so the exponential is computed at 20 there: the same
+    values, and no 0 * exp(overflow) = NaN in the gradient."""
+    capped = prims.where(prims.bitwise_and(prims.gt(input, 20), prims.ne(input, math.inf)), 20,
+                         input)   # inf: NaN, as eager's
+    return prims.mul(input, prims.tanh(prims.log1p(prims.exp(capped))))
 
 
 @activation(DEFAULT, numbers={"beta": COMPUTATION, "threshold": COMPUTATION},
             checks=[STRUCTURED_OUT, dispatch("softplus_cpu", FLOATS)])
 def softplus(input, beta=1, threshold=20):
-    """log(1 + exp(beta * x)) / beta, reverting to x where beta * x > threshold."""
+    """log(1 + exp(beta * x)) / beta, reverting to x where beta * x > threshold (there the
+    smooth branch is computed at 0, unused: its gradient is 0, not 0 * exp(overflow))."""
     scaled = prims.mul(input, beta)
-    smooth = prims.div(prims.log1p(prims.exp(scaled)), beta)
-    return prims.where(prims.gt(scaled, threshold), input, smooth)
+    linear = prims.gt(scaled, threshold)
+    smooth = prims.div(prims.log1p(prims.exp(prims.where(linear, 0, scaled))), beta)
+    return prims.where(linear, input, smooth)
 
 
 @activation(DEFAULT, name="log_sigmoid", checks=[  # F.logsigmoid is the C++ log_sigmoid

@@ -128,8 +128,11 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
         raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
     x, y, result = _float_operands("smooth_l1_cpu", input, target)
     z = _abs_diff(x, y)
-    quadratic = prims.div(prims.mul(prims.mul(z, 0.5), z), beta)
-    loss = prims.where(prims.lt(z, beta), quadratic, prims.sub(z, 0.5 * beta))
+    inside = prims.lt(z, beta)
+    zq = prims.where(prims.bitwise_or(inside, prims.isnan(z)), z, 0)   # outside, the square's
+    # gradient is 0 (not 0 * inf); NaN stays NaN, as eager's
+    quadratic = prims.div(prims.mul(prims.mul(zq, 0.5), zq), beta)
+    loss = prims.where(inside, quadratic, prims.sub(z, 0.5 * beta))
     return _reduce(maybe_convert(loss, result), reduction)
 
 
@@ -147,9 +150,12 @@ def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
         raise RuntimeError(f"result type {dtypes.scalar_type_name(promoted)} can't be cast to "
                            f"the desired output type {dtypes.scalar_type_name(input.dtype)}")
     z = _abs_diff(x, y)
-    quadratic = prims.mul(prims.mul(z, 0.5), z)
+    inside = prims.lt(z, delta)
+    zq = prims.where(prims.bitwise_or(inside, prims.isnan(z)), z, 0)   # outside, the square's
+    # gradient is 0 (not 0 * inf); NaN stays NaN, as eager's
+    quadratic = prims.mul(prims.mul(zq, 0.5), zq)
     linear = prims.mul(prims.sub(z, 0.5 * delta), delta)
-    loss = prims.where(prims.lt(z, delta), quadratic, linear)
+    loss = prims.where(inside, quadratic, linear)
     return _reduce(maybe_convert(loss, input.dtype), reduction)
 
 
