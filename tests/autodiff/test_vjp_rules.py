@@ -439,3 +439,17 @@ def test_rules_match_torch_at_edges(name, args, fn):
             assert not bool((theirs if ours is None else ours).any())
         else:
             torch.testing.assert_close(ours, theirs, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shapes", [((2, 3, 4), (4, 5)), ((3, 4), (2, 4, 5)), ((4,), (2, 4, 5))])
+def test_half_matmul_sums_its_batch_once(shapes, dtype):
+    """A matrix against a batch: its cotangent is one product over the batch's rows (or the
+    products summed in float32), rounded once, not per-batch products rounded then summed."""
+    a, b = rand(*shapes[0]).to(dtype), rand(*shapes[1]).to(dtype)
+    y = prims.matmul(a, b)
+    g = rand(*y.shape).to(dtype)
+    got = vjp(prims.matmul, g, y, (a, b), {})
+    want = vjp(prims.matmul, g.float(), y.float(), (a.float(), b.float()), {})
+    for ours, wide in zip(got, want):
+        torch.testing.assert_close(ours, wide.to(dtype), rtol=0, atol=0)
