@@ -239,6 +239,10 @@ def _pull_back(node: Node, active: set, cotangent: dict, producer: dict, zeros: 
             grads = _opaque_vjp(node, g, active, cotangent)
         elif node.symbol.name == "aliased":
             grads = aliased_vjp(node, g, producer, wants_base=node.args[0].name in active)
+        elif _widens(node) and isinstance(g, TensorProxy) and g.dtype in _HALF:
+            wide = _rounded_from(g)
+            grads = _widened_vjp(node, wide if wide is not None
+                                 else prims.convert_element_type(g, torch.float32))
         else:
             grads = vjp(node.symbol, g, outs, node.args, node.kwargs,
                         wanted=[any(p.name in active for p in proxies_in(a)) for a in node.args])
@@ -301,6 +305,33 @@ def _accumulate(cotangent: dict, p: Proxy, grad) -> None:
 
 
 _HALF = (torch.float16, torch.bfloat16)
+#: prims whose rule sums the cotangent (over the dims they broadcast along)
+_SUMMING = frozenset({"broadcast_in_dim", "expand"})
+
+
+def _widens(node: Node) -> bool:
+    """Whether `node`'s rule runs in float32 when its cotangent is float16/bfloat16: a
+    broadcast (its rule sums) or an elementwise prim (as the refs compute a half dtype's
+    forward in float32 and round once)."""
+    sym = node.symbol
+    return sym.kind is SymbolKind.PRIM and (sym.name in _SUMMING or (
+        "elementwise" in sym.tags and sym.name != "convert_element_type"
+        and not sym.tags & {"random", "inplace", "creation"}))
+
+
+def _widened_vjp(node: Node, wide_g):
+    """`node`'s rule on float32 copies of its half operands, result and cotangent (the float32
+    value a rule rounded to make it, where one did), each cotangent rounded once to its
+    operand's dtype: chains of rules then round once, not at every prim (inner's float16
+    gradient was summed 2 ulps off, softsign's two parts 3, renorm's products 4)."""
+    def up(x):
+        return prims.convert_element_type(x, torch.float32) \
+            if isinstance(x, TensorProxy) and x.dtype in _HALF else x
+    args = tuple(up(a) for a in node.args)
+    grads = vjp(node.symbol, wide_g, up(node.outputs), args, node.kwargs)
+    return tuple(prims.convert_element_type(gr, a.dtype)
+                 if isinstance(gr, TensorProxy) and isinstance(a, TensorProxy)
+                 and gr.dtype != a.dtype else gr for gr, a in zip(grads, node.args))
 _producers: dict = {}   # id(trace) -> (trace, {name: node}, nodes seen)
 
 
