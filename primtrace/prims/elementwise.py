@@ -59,6 +59,14 @@ def _minimum(a, b):
 
 
 # --- derivatives the tables name (the chain rule's factor, or a whole VJP rule) ---------------
+def _near_zero(a, formula):
+    """i1's and i1e's derivative as torch computes it: `formula` at a safe input where
+    |a| > eps, 1/2 elsewhere (tiny, zero and NaN inputs: the limit at 0)."""
+    eps = torch.finfo(a.dtype).eps
+    normal = P.gt(P.abs(a), eps)
+    return P.where(normal, formula(P.where(normal, a, eps)), 0.5)
+
+
 def _at_zero(a, value, elsewhere):
     """`value` where a == 0, `elsewhere` elsewhere (a removable singularity: i1'(0) = 1/2)."""
     return P.where(P.eq(a, 0), value, elsewhere)
@@ -191,11 +199,14 @@ UNARY = [
     ("exp2", torch.exp2, FLOAT_COMPLEX, "same", lambda a, y: P.mul(y, math.log(2))),
     # exp(a), not y + 1: that cancels to 0 below -37 (elu(alpha=1e300)'s gradient at -100)
     ("expm1", torch.expm1, FLOAT_COMPLEX, "same", lambda a, y: P.exp(a)),
-    ("log", torch.log, FLOAT_COMPLEX, "same", lambda a, y: P.reciprocal(a)),
+    # log, log2, log10: g / a (as torch's), not g * (1 / a): 1 / a overflows for the smallest
+    # denormals where the quotient does not
+    ("log", torch.log, FLOAT_COMPLEX, "same", VJP(lambda g, y, a: (P.div(g, conjugated(a)),))),
     ("log1p", torch.log1p, FLOAT_COMPLEX, "same", lambda a, y: P.reciprocal(P.add(a, 1))),
-    ("log2", torch.log2, FLOAT_COMPLEX, "same", lambda a, y: P.reciprocal(P.mul(a, math.log(2)))),
+    ("log2", torch.log2, FLOAT_COMPLEX, "same",
+     VJP(lambda g, y, a: (P.div(g, conjugated(P.mul(a, math.log(2)))),))),
     ("log10", torch.log10, FLOAT_COMPLEX, "same",
-     lambda a, y: P.reciprocal(P.mul(a, math.log(10)))),
+     VJP(lambda g, y, a: (P.div(g, conjugated(P.mul(a, math.log(10)))),))),
     ("sin", torch.sin, FLOAT_COMPLEX, "same", lambda a, y: P.cos(a)),
     ("cos", torch.cos, FLOAT_COMPLEX, "same", lambda a, y: P.neg(P.sin(a))),
     ("tan", torch.tan, FLOAT_COMPLEX, "same", lambda a, y: P.add(P.mul(y, y), 1)),
@@ -222,9 +233,10 @@ UNARY = [
     ("i0", torch.i0, FLOATING, "same", lambda a, y: P.i1(a)),
     ("i0e", torch.special.i0e, FLOATING, "same", lambda a, y: P.sub(P.i1e(a), P.mul(P.sign(a), y))),
     ("i1", torch.special.i1, FLOATING, "same",
-     lambda a, y: _at_zero(a, 0.5, P.sub(P.i0(a), P.div(y, a)))),
+     lambda a, y: _near_zero(a, lambda s: P.sub(P.i0(s), P.div(y, s)))),
     ("i1e", torch.special.i1e, FLOATING, "same",
-     lambda a, y: _at_zero(a, 0.5, P.sub(P.i0e(a), P.mul(y, P.add(P.sign(a), P.reciprocal(a)))))),
+     lambda a, y: _near_zero(a, lambda s: P.sub(P.i0e(s),
+                                                 P.mul(y, P.add(P.sign(a), P.reciprocal(s)))))),
     ("ndtri", torch.special.ndtri, FLOATING, "same",
      lambda a, y: P.mul(P.exp(P.mul(P.mul(y, y), 0.5)), math.sqrt(2 * math.pi))),
     ("log_ndtr", torch.special.log_ndtr, FLOATING, "same",

@@ -420,6 +420,11 @@ EDGES = [   # prim, its arguments, the torch function whose autograd gives the c
                    torch.tensor([-1e-3, 1e-3, 0.1, 3e-8], dtype=F64)), torch.remainder),
     ("amax", (torch.tensor([[_NAN, 1.0, 2.0], [1.0, 3.0, 3.0]], dtype=F64), (1,)),
      lambda a, dims: torch.amax(a, dims)),
+    # g / a: 1 / a overflows float32 at the smallest denormal
+    ("log", (torch.tensor([2.0 ** -128, 1e-45, 1.0], dtype=torch.float32),), torch.log),
+    # 1/2 where |a| <= eps, NaN included, as torch's
+    ("i1", (torch.tensor([_NAN, 1e-20, 0.0, 1.5], dtype=F64),), torch.special.i1),
+    ("i1e", (torch.tensor([_NAN, -1e-20, 0.0, 1.5], dtype=F64),), torch.special.i1e),
 ]
 
 
@@ -429,7 +434,7 @@ def test_rules_match_torch_at_edges(name, args, fn):
     integer), the rule's cotangents are torch autograd's, NaN where its are."""
     prim = prims.ALL_PRIMS[name]
     y = prim(*args)
-    g = rand(*y.shape)
+    g = rand(*y.shape).to(y.dtype)
     got = vjp(prim, g, y, args, {})
     leaves = [a.clone().requires_grad_() if isinstance(a, torch.Tensor) else a for a in args]
     tensors = [t for t in leaves if isinstance(t, torch.Tensor)]
