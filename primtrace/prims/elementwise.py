@@ -193,7 +193,9 @@ UNARY = [
     ("sgn", torch.sgn, COMPLEX, "same", VJP(_sgn_vjp)),
     ("signbit", torch.signbit, REAL, "bool", BOOL_RESULT),
     ("reciprocal", torch.reciprocal, FLOAT_COMPLEX, "same", lambda a, y: P.neg(P.mul(y, y))),
-    ("sqrt", torch.sqrt, FLOAT_COMPLEX, "same", lambda a, y: P.div(0.5, y)),
+    # g / (2 conj(y)), as torch's: complex infinities and zeros divide as its do
+    ("sqrt", torch.sqrt, FLOAT_COMPLEX, "same",
+     VJP(lambda g, y, a: (P.div(g, P.mul(conjugated(y), 2)),))),
     ("rsqrt", torch.rsqrt, FLOAT_COMPLEX, "same", lambda a, y: P.mul(P.mul(y, P.mul(y, y)), -0.5)),
     ("exp", torch.exp, FLOAT_COMPLEX, "same", lambda a, y: y),
     ("exp2", torch.exp2, FLOAT_COMPLEX, "same", lambda a, y: P.mul(y, math.log(2))),

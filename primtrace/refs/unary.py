@@ -252,8 +252,14 @@ def conj_physical(input):
 
 # angle's two promotion kinds are two refs, printed as refs.unary.complex_angle/real_angle
 def complex_angle(input):
-    """arg(z) = atan2(imag, real), a real result."""
-    return prims.atan2(prims.imag(input), prims.real(input))
+    """arg(z) = atan2(imag, real), a real result. At z = 0 the operands are (imag * 0,
+    +-1 with real's sign): the same value (0 or pi, signed as imag), and the gradient 0 as
+    eager's (atan2's at (0, 0) is 0/0)."""
+    im, re = prims.imag(input), prims.real(input)
+    zero = prims.bitwise_and(prims.eq(re, 0), prims.eq(im, 0))
+    unit = prims.where(prims.signbit(re), -1.0, prims.full((), 1.0, dtype=re.dtype,
+                                                           device=re.device))
+    return prims.atan2(prims.where(zero, prims.mul(im, 0), im), prims.where(zero, unit, re))
 
 
 def real_angle(input):
