@@ -156,12 +156,11 @@ def build(fn, args: tuple, kwargs: dict, executors: list[Executor], options: dic
     traces.append(prims)
     if stop == "prims":
         return traces
-    optimized, execution = _finish(prims, executors, options)
-    traces.append(optimized)
-    if stop in (None, "execution"):
-        traces.append(execution)
+    lowered = stop in (None, "execution")
+    traces += _finish(prims, executors, options, lowered)
     if backward is not None:
-        traces[-1].tags["backward"] = [backward.trace, *_finish(backward.trace, executors, options)]
+        traces[-1].tags["backward"] = [backward.trace,
+                                       *_finish(backward.trace, executors, options, lowered)]
     return traces
 
 
@@ -190,11 +189,11 @@ def _differentiated(acquisition: Trace, policy: str):
     return forward, backward
 
 
-def _finish(trace: Trace, executors, options) -> list[Trace]:
-    """[optimized, execution] of a prims trace."""
+def _finish(trace: Trace, executors, options, lowered: bool = True) -> list[Trace]:
+    """[optimized, execution] of a prims trace ([optimized] when not `lowered`)."""
     optimized = (optimize(trace, remove_lossy_round_trips=options["remove_lossy_round_trips"])
                  if options["optimize"] else trace.derive(trace.nodes, "optimized"))
-    return [optimized, reuse_buffers(lower(optimized, executors))]
+    return [optimized, reuse_buffers(lower(optimized, executors))] if lowered else [optimized]
 
 
 def compile_fn(fn, args, kwargs, executors, options) -> Compiled:

@@ -246,7 +246,9 @@ def render() -> str:
              "float32; n/a where no generic call traces), and whether the Numba fusion executor",
              "can compile all of them into its kernels on the CPU (else the prims the torch executor",
              "runs are named); its cost model still leaves some single calls and slow prims to",
-             "torch (docs/fusion.md).", ""]
+             "torch (docs/fusion.md). A ref whose eager gradient differs from its prims' records",
+             "`differentiate_as`: it and the masks and carriers only it reads are for the backward,",
+             "and the optimize pass drops them from forward-only traces (docs/autodiff.md).", ""]
     total = 0
     for module_name, namespaces in MODULES:
         module = importlib.import_module(module_name)

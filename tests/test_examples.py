@@ -23,7 +23,7 @@ def test_quickstart():
         assert f"# {stage} trace\ndef add(a: \"cpu f16[4, 5]\", b: \"cpu f32[4, 5]\")" in out
     assert "t0 = prims.convert_element_type(a, torch.float32)" in out
     assert "t1 = numba_fusion_0(a, b)" in out
-    assert "t14 = numba_fusion_0(a, b, c)" in out          # the 11-op chain: one region
+    assert "t17 = numba_fusion_0(a, b, c)" in out          # the 11-op chain: one region
     assert "def kernel_serial" in out and "m.sin_" in out  # vectorizable sin, not libm
     assert "x eager)" in out
 
@@ -76,3 +76,41 @@ def test_gpt():
         logits, grads = line.split("max |logits - eager| ")[1], line.split("max |grad - eager| ")[1]
         assert float(logits.split(",")[0]) < 1e-5 and float(grads) < 1e-5, line
     assert "one block's execution trace" in out and "x eager)" in out
+
+
+def test_train_gpt():
+    out = run_example("train_gpt.py", "--steps", "5", "--log-every", "2", "--layers", "1",
+                      "--width", "32", "--heads", "2", "--context", "16", "--batch", "4",
+                      "--no-compile", "--timing-rounds", "1", "--timing-steps", "1",
+                      "--threads", "1")
+    lines = out.splitlines()
+    header = next(i for i, l in enumerate(lines)
+                  if l.split()[:3] == ["step", "eager", "primtrace.jit"])
+    rows = [l.split() for l in lines[header + 1:header + 4]]
+    assert [int(r[0]) for r in rows] == [0, 2, 4], out       # every 2 steps and the last
+    eager, jitted = [float(r[1]) for r in rows], [float(r[2]) for r in rows]
+    for e, j in zip(eager, jitted):
+        assert abs(j - e) <= 1e-5 * abs(e), out               # the same training, to rounding
+    assert eager[-1] < eager[0] and jitted[-1] < jitted[0]  # and it learns
+    worst = float(out.split("difference to eager: primtrace.jit ")[1].split(",")[0])
+    assert worst < 1e-5, out
+    assert "primtrace.jit fallback: none (fused forward" in out, out
+    assert "primtrace.jit:" in out and "x eager)" in out
+
+
+def test_training_traces_section_is_the_scripts():
+    """docs/traces.md's training section is what scripts/print_training_traces.py writes (its
+    outputs are pinned by tests/tracer/test_golden_traces.py, which runs every doc example)."""
+    import importlib.util
+    import re
+    spec = importlib.util.spec_from_file_location("print_training_traces",
+                                                  ROOT / "scripts" / "print_training_traces.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    doc = (ROOT / "docs" / "traces.md").read_text()
+    inside = doc.split(script.BEGIN, 1)[1].split(script.END, 1)[0]
+    written = script.BEGIN + inside + script.END + "\n"
+    outputs = re.findall(r"```text\n(.*?)```", written, re.S)
+    assert len(outputs) == len(script.EXAMPLES) >= 2
+    assert written == script.section(outputs)
+    assert "# note: the first" in outputs[0] and "return ((" in outputs[0]   # recomputed; saved

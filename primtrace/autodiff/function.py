@@ -88,29 +88,29 @@ def distinct_results(outputs) -> list[Proxy]:
     return out
 
 
+def _input_writes(prims: Trace) -> list:
+    """(node, input name) of each in-place write into (a view of) an input."""
+    root: dict[str, str] = {p.name: p.name for p in prims.inputs}
+    found = []
+    for node in prims.flat_nodes():
+        src = node.args[0] if node.args and isinstance(node.args[0], Proxy) else None
+        r = root.get(src.name) if src is not None else None
+        if r is not None and ("view" in node.symbol.tags or "inplace" in node.symbol.tags):
+            for p in node.output_proxies:
+                root[p.name] = r
+            if "inplace" in node.symbol.tags:
+                found.append((node, r))
+    return found
+
+
 def _check_writes(prims: Trace, wrt) -> None:
     """In-place writes a Function cannot express: into an input that requires grad, or,
     by an in-place op of the user's, of a value that needs grad into any input (eager makes
     that input require grad). A ref's side write (batch_norm's running statistics) is not
     differentiated in eager either."""
     inputs = {p.name: p for p in prims.inputs}
-    root: dict[str, str] = {p.name: p.name for p in prims.inputs}
-    for node in prims.nodes:
-        if "view" in node.symbol.tags and node.args and isinstance(node.args[0], Proxy):
-            r = root.get(node.args[0].name)
-            for p in node.output_proxies:
-                if r is not None:
-                    root[p.name] = r
-        if "inplace" not in node.symbol.tags or not node.args:
-            continue
-        dst = node.args[0]
-        r = root.get(getattr(dst, "name", None))
-        if r is None:
-            continue
-        for p in node.output_proxies:
-            root[p.name] = r
-        target = inputs[r]
-        if target.requires_grad:
+    for node, r in _input_writes(prims):
+        if inputs[r].requires_grad:
             raise Fallback(f"an in-place write into {r}, an input that requires grad "
                            f"({node.source or node.symbol.name})")
         origin = node.origin
@@ -144,6 +144,7 @@ class Plan:
         self.wrt = [positions[p.name] for p in bw.wrt]
         self.differentiated = forward_trace.tags["differentiated"]
         self.random = any("random" in n.symbol.tags for n in self.differentiated.flat_nodes())
+        self.writes_inputs = bool(_input_writes(self.differentiated))
         self._replay = None
 
     def replay(self, inputs: list):
@@ -223,6 +224,11 @@ def _replayed_gradients(ctx, grads) -> list:
     same inputs and draws, and differentiated with create_graph (the fused backward's
     results carry no graph)."""
     plan = ctx.plan
+    if plan.writes_inputs:
+        raise RuntimeError(
+            "primtrace: a double backward (create_graph=True) replays the jitted function, "
+            "which writes into its inputs or state (running statistics...): the replay would "
+            "write them again; call the function without primtrace.jit for this")
     inputs = []
     for ref, version in zip(ctx.inputs, ctx.versions):
         x = ref() if isinstance(ref, weakref.ref) else ref

@@ -58,6 +58,27 @@ def _minimum(a, b):
     return torch.minimum(a, b)
 
 
+class _DifferentiatedAs(torch.autograd.Function):
+    """torch's autograd over the prim (eager refs, a double backward's replay) as its rule:
+    the gradient goes to the carrier alone."""
+
+    @staticmethod
+    def forward(ctx, value, carrier):
+        ctx.carrier_is_tensor = isinstance(carrier, torch.Tensor)
+        like = value if isinstance(value, torch.Tensor) else carrier
+        return torch.where(torch.ones((), dtype=torch.bool, device=like.device), value, carrier)
+
+    @staticmethod
+    def backward(ctx, g):
+        return None, (g if ctx.carrier_is_tensor else None)
+
+
+def _differentiate_as(value, carrier):
+    """`value`, as a new tensor laid out as the elementwise result of both operands (the
+    meta's strides); `carrier` only matters to the backward (see differentiate_as)."""
+    return _DifferentiatedAs.apply(value, carrier)
+
+
 # --- derivatives the tables name (the chain rule's factor, or a whole VJP rule) ---------------
 def _near_zero(a, formula):
     """i1's and i1e's derivative as torch computes it: `formula` at a safe input where
@@ -77,11 +98,15 @@ def _t(x, like):
     return as_tensor_like(x, like)
 
 
-def _squares(a, b):
-    """a^2 + b^2 for tensor or number operands (atan2's derivative)."""
+def _atan2_vjp(g, y, a, b):
+    """torch's atan2 derivative: g * b * r and g * -a * r, r = 1 / (a^2 + b^2) but 0 where
+    a^2 + b^2 is 0 (at the origin, or where the squares underflow): zeros there, not NaN."""
     like = a if is_tensor(a) else b
-    a, b = _t(a, like), _t(b, like)
-    return P.add(P.mul(a, a), P.mul(b, b))
+    a_, b_ = _t(a, like), _t(b, like)
+    squares = P.add(P.mul(a_, a_), P.mul(b_, b_))
+    r = P.where(P.eq(squares, 0), 0, P.reciprocal(squares))
+    return (P.mul(P.mul(g, b_), r) if is_tensor(a) else None,
+            P.mul(P.mul(g, P.neg(a_)), r) if is_tensor(b) else None)
 
 
 def _igamma_dx(a, x, y):
@@ -162,8 +187,8 @@ def _nextafter_vjp(g, y, a, b):
 
 
 def _extremum_vjp(loses):
-    """maximum/minimum as torch.maximum differentiates: a tie splits g in halves, and g goes
-    to an operand unless it loses (both get g where one is NaN)."""
+    """maximum/minimum as torch.maximum differentiates: a tie splits g in halves, the losing
+    operand gets none, and a NaN on either side gives both the whole g (neither loses)."""
     def rule(g, y, a, b):
         a, b = _t(a, g), _t(b, g)
         tie = P.eq(a, b)
@@ -171,6 +196,11 @@ def _extremum_vjp(loses):
         return (P.where(tie, half, P.where(getattr(P, loses)(a, b), 0, g)),
                 P.where(tie, half, P.where(getattr(P, loses)(b, a), 0, g)))
     return rule
+
+
+def _differentiate_as_vjp(g, y, value, carrier):
+    """The value's gradient is the carrier's: g goes to `carrier`, none to `value`."""
+    return None, g
 
 
 def _fextremum_vjp(keeps):
@@ -285,8 +315,7 @@ BINARY = [
     ("fmod", torch.fmod, REAL_NUMERIC, "same",
      (lambda a, b, y: 1, lambda a, b, y: P.neg(P.trunc(P.div(a, b))))),
     ("pow", torch.pow, NUMERIC, "same", VJP(_pow_vjp)),
-    ("atan2", torch.atan2, FLOATING, "same",
-     (lambda a, b, y: P.div(b, _squares(a, b)), lambda a, b, y: P.div(P.neg(a), _squares(a, b)))),
+    ("atan2", torch.atan2, FLOATING, "same", VJP(_atan2_vjp)),
     ("hypot", torch.hypot, FLOATING, "same",
      (lambda a, b, y: P.div(a, y), lambda a, b, y: P.div(b, y))),
     ("copysign", torch.copysign, FLOATING, "same",
@@ -297,6 +326,9 @@ BINARY = [
     ("minimum", _minimum, REAL, "same", VJP(_extremum_vjp("gt"))),
     ("fmax", torch.fmax, REAL, "same", VJP(_fextremum_vjp("ge"))),
     ("fmin", torch.fmin, REAL, "same", VJP(_fextremum_vjp("le"))),
+    # `value`, differentiated as `carrier`: how a ref states eager's derivative where its
+    # prims' would differ (relu at 0, clamp at a bound); optimize() drops it (see below)
+    ("differentiate_as", _differentiate_as, ANY, "same", VJP(_differentiate_as_vjp)),
     ("bitwise_and", torch.bitwise_and, INTEGRAL, "same", INTEGER_ONLY),
     ("bitwise_or", torch.bitwise_or, INTEGRAL, "same", INTEGER_ONLY),
     ("bitwise_xor", torch.bitwise_xor, INTEGRAL, "same", INTEGER_ONLY),

@@ -8,6 +8,8 @@ contiguous, as eager's is for every operand layout.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from primtrace import dtypes
@@ -16,7 +18,7 @@ from primtrace.ir.strides import contiguous_strides
 from primtrace.ir.symbol import Symbol, SymbolKind
 from primtrace.prims.differentiation import P, conjugated
 from primtrace.prims.meta import PrimContractError, is_tensor
-from primtrace.prims.views import sum_to
+from primtrace.prims.views import reshaped, sum_to
 
 
 def _prim(name, meta, impl, tags, doc):
@@ -120,7 +122,15 @@ def _rows(t):
 
 def _matmul_vjp(g, y, a, b):
     """As matrices (a vector operand is a 1-row or 1-column matrix): g @ b^H and a^H @ g,
-    summed down over the batch dims an operand was broadcast along."""
+    summed down over the batch dims an operand was broadcast along. A matrix `b` under a
+    batched `a` (a linear layer's weight) gets one matrix product over the rows of every
+    batch, not a batched product summed after."""
+    if b.ndim == 2 and a.ndim > 2:
+        rows = math.prod(a.shape[:-1])
+        a_rows = reshaped(a, (rows, a.shape[-1]))
+        g_rows = reshaped(g, (rows, g.shape[-1]))
+        grad_a = P.matmul(g, conjugated(_matrix_transpose(b)))
+        return grad_a, P.matmul(conjugated(_matrix_transpose(a_rows)), g_rows)
     a2 = a if a.ndim > 1 else P.unsqueeze(a, 0)
     b2 = b if b.ndim > 1 else P.unsqueeze(b, 1)
     g2 = g if a.ndim > 1 else P.unsqueeze(g, max(g.ndim - (b.ndim > 1), 0))

@@ -133,11 +133,12 @@ def _count(a, dims) -> int:
 
 
 def _extreme_vjp(g, y, a, dims):
-    """torch's amax/amin derivative: g shared evenly among the elements equal to the result,
-    hits * g / count (NaN for every element where the result is NaN: no element equals it)."""
+    """torch's amax/amin derivative, (g / count) * hits: g shared evenly among the elements
+    equal to the result; where the result is NaN none is, and 0 * (g / 0) makes the whole
+    slice's gradient NaN, as eager's."""
     hits = P.convert_element_type(P.eq(a, restore_dims(y, a, dims)), g.dtype)
-    count = restore_dims(P.sum(hits, dims), a, dims)
-    return P.div(P.mul(hits, restore_dims(g, a, dims)), count), None
+    count = P.sum(hits, dims)
+    return P.mul(restore_dims(P.div(g, count), a, dims), hits), None
 
 
 def _var_vjp(g, y, a, dims, *, correction):

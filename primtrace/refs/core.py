@@ -114,6 +114,23 @@ def exact_sub(x, y):
                          prims.sub(prims.imag(x), prims.imag(y)))
 
 
+def with_gradient(value, pieces=()):
+    """`value`, whose gradient is eager's where the derivatives of the prims that compute it
+    would differ (relu at 0, clamp at a bound, a NaN). `pieces` (a function returning them,
+    called only for a floating or complex value) are pairs ``(mask, carrier)``: the gradient
+    goes to `carrier` where `mask` holds (the masks are disjoint) and nowhere else, so no
+    pieces stop it. A carrier is what the ref differentiates there (usually an operand); its
+    own derivative must stay finite where its mask is False, where its cotangent is 0 (0 * inf
+    is NaN). The value is computed as before: ``prims.differentiate_as`` keeps it, and the
+    optimize pass drops the carriers from forward-only traces (docs/autodiff.md)."""
+    if not (value.dtype.is_floating_point or value.dtype.is_complex):
+        return value   # no gradient to state
+    carrier = 0
+    for mask, x in reversed(pieces() if callable(pieces) else pieces):
+        carrier = prims.where(mask, x, carrier)
+    return prims.differentiate_as(value, carrier)
+
+
 # --- making refs -------------------------------------------------------------------------------
 def ref(fn=None, *, name=None, module="refs", inplace=None, aliases=(), **fields):
     """Make a function written in prims a ref-level Symbol. `inplace`, `aliases`: as for

@@ -16,7 +16,7 @@ import torch
 
 from primtrace import dtypes, prims
 from primtrace.refs import products as M
-from primtrace.refs.core import exports, is_tensor, maybe_convert, ref
+from primtrace.refs.core import exports, is_tensor, maybe_convert, ref, with_gradient
 from primtrace.refs.reductions import keep_dims, reduction_dims, wrap_dim
 from primtrace.refs.scalars import concrete, type_name
 from primtrace.refs.views import diagonal as diagonal_view
@@ -58,10 +58,8 @@ def p_norm(x, dims, p, result):
     `result`."""
     a = prims.abs(x) if (x.dtype.is_complex or not dtypes.is_integer(x.dtype)) else x
     a = maybe_convert(a, dtypes.opmath(dtypes.to_real(x.dtype)))
-    if p == math.inf:
-        y = prims.amax(a, dims)
-    elif p == -math.inf:
-        y = prims.amin(a, dims)
+    if p in (math.inf, -math.inf):
+        y = _extreme_norm(prims.amax(a, dims) if p > 0 else prims.amin(a, dims), a, dims)
     elif p == 0:
         # the count of nonzeros, as 1 or a * 0 per element: eager's result requires grad
         # (its gradient is zeros), so this one reads `a` on a differentiable path
@@ -69,18 +67,34 @@ def p_norm(x, dims, p, result):
     elif p == 1:
         y = prims.sum(a, dims)
     elif p == 2:
-        y = _at_zero_norm(prims.sum(prims.mul(a, a), dims), prims.sqrt)
+        y = _root(prims.sum(prims.mul(a, a), dims), prims.sqrt)
     else:
-        y = _at_zero_norm(prims.sum(prims.pow(a, p), dims), lambda s: prims.pow(s, 1.0 / p))
+        y = _root(prims.sum(prims.pow(a, p), dims), lambda s: prims.pow(s, 1.0 / p))
     return maybe_convert(y, result)
 
 
-def _at_zero_norm(total, root):
-    """root(total), 0 where total is 0 with root computed at 1 there: the value is the same,
-    and the gradient of a zero norm is 0 as eager's (root's derivative at 0 is infinite,
-    and infinity times the zero derivative of the sum is NaN)."""
-    zero = prims.eq(total, 0)
-    return prims.where(zero, 0, root(prims.where(zero, 1, total)))
+def _root(s, root):
+    """root(s), the p-norm of a sum s of powers, differentiated as eager's norm: no gradient
+    where the norm is 0 (the root's derivative there is infinite, which makes NaN); the
+    carrier takes the root of 1 there, where its zero cotangent arrives."""
+    def pieces():
+        nonzero = prims.ne(s, 0)
+        return [(nonzero, root(prims.where(nonzero, s, 1)))]
+    return with_gradient(root(s), pieces)
+
+
+def _extreme_norm(y, a, dims):
+    """The inf (-inf) norm y = amax (amin) of a = |x|, differentiated as eager's
+    linalg_vector_norm_backward: g shared evenly among the elements of `a` equal to y and
+    its NaNs, times sgn(x) (0 at NaN: a slice holding a NaN gets no gradient, where amax's
+    rule would give it NaN)."""
+    if not a.dtype.is_floating_point:
+        return y
+    kept = tuple(d for d in range(a.ndim) if d not in dims)
+    hits = prims.bitwise_or(prims.eq(a, prims.broadcast_in_dim(y, tuple(a.shape), kept)),
+                            prims.isnan(a))
+    count = prims.sum(prims.convert_element_type(hits, a.dtype), dims)
+    return prims.differentiate_as(y, prims.div(prims.sum(prims.where(hits, a, 0), dims), count))
 
 
 def vector_norm_of(name, x, ord, dim, keepdim, dtype):

@@ -15,7 +15,7 @@ import torch
 from primtrace import dtypes, prims
 from primtrace.refs import linalg as L
 from primtrace.refs import products as M
-from primtrace.refs.core import exports, is_tensor, maybe_convert, ref
+from primtrace.refs.core import exports, is_tensor, maybe_convert, ref, with_gradient
 from primtrace.refs.reductions import keep_dims, reduction_dims, wrap_dim
 from primtrace.refs.scalars import concrete
 
@@ -43,7 +43,7 @@ def logsumexp(input, dim, keepdim=False, *, out=None):
         kept = tuple(i for i in range(x.ndim) if i not in dims)
         # complex: shifted by the largest real part, as eager's
         m = prims.amax(prims.real(x) if x.dtype.is_complex else x, dims)
-        m = prims.where(prims.eq(prims.abs(m), math.inf), 0.0, m)
+        m = with_gradient(prims.where(prims.eq(prims.abs(m), math.inf), 0.0, m))  # cancels
         m = maybe_convert(m, x.dtype)
         shifted = prims.sub(x, prims.broadcast_in_dim(m, tuple(x.shape), kept))
         y = prims.add(prims.log(prims.sum(prims.exp(shifted), dims)), m)

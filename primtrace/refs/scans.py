@@ -128,25 +128,49 @@ def _min_max(name, input, dim, keepdim):
         if input.dtype.is_complex:
             raise NotImplementedError(f'"{name}_all" not implemented for '
                                       f"'{dtypes.scalar_type_name(input.dtype)}'")
-        return reductions.extreme(name, prims.amax if name == "max" else prims.amin, input,
-                                  None, False)
+        value = reductions.extreme(name, prims.amax if name == "max" else prims.amin, input,
+                                   None, False)
+        return _evenly_distributed(value, input) if input.dtype.is_floating_point else value
     d = _dim(name, dim, input.ndim)
     if input.dtype.is_complex:
         raise RuntimeError(f"{name}(): does not support complex input")
     if input.ndim and input.shape[d] == 0:
         raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
+    values = reductions.extreme(name, prims.amax if name == "max" else prims.amin, input,
+                                 (d,), bool(keepdim))
     ranked = maybe_convert(input, torch.uint8) if input.dtype is torch.bool else input
     indices = _arg(f"arg{name}", prims.argmax if name == "max" else prims.argmin, ranked, d,
                    bool(keepdim))
-    if input.ndim == 0:
-        values = reductions.extreme(name, prims.amax if name == "max" else prims.amin, input,
-                                    (d,), bool(keepdim))
-    else:   # the values at the indices, as eager's: its gradient goes there alone on ties
-        values = prims.gather(input, d, indices if keepdim else
-                              reductions.keep_dims(indices, input, (d,), True))
-        if not keepdim:
-            values = prims.squeeze(values, (d,))
+    if input.dtype.is_floating_point:   # differentiated as eager: g goes to the indexed element
+        values = prims.differentiate_as(values, _picked(input, d, indices, bool(keepdim)))
     return getattr(torch.return_types, name)((values, indices))
+
+
+def _evenly_distributed(value, input):
+    """torch.max(input)'s `value`, differentiated as eager (evenly_distribute_backward): g
+    shared evenly among the elements equal to it, or among the NaNs where it is NaN (amax's
+    rule would give every element NaN there)."""
+    dims = tuple(range(input.ndim))
+    hits = prims.where(prims.isnan(value), prims.isnan(input),
+                       prims.eq(input, prims.broadcast_in_dim(value, tuple(input.shape), ())))
+    count = prims.convert_element_type(   # counted in int64, as eager's mask.sum()
+        prims.sum(prims.convert_element_type(hits, torch.int64), dims), input.dtype)
+    return prims.differentiate_as(value, prims.div(prims.sum(prims.where(hits, input, 0), dims),
+                                                   count))
+
+
+def _picked(input, d, indices, keepdim):
+    """A carrier whose gradient goes to the elements `indices` name along dim d, shaped like
+    the values: the sum over d of input where the position is the index (no gather, which
+    DCE keeps, as it may raise: forward-only traces drop this whole carrier)."""
+    if input.ndim == 0:
+        return input
+    shape, kept = tuple(input.shape), tuple(i for i in range(input.ndim) if i != d)
+    positions = prims.broadcast_in_dim(
+        prims.iota(shape[d], start=0, step=1, dtype=torch.int64, device=input.device), shape, (d,))
+    index = prims.broadcast_in_dim(indices, shape, tuple(range(input.ndim)) if keepdim else kept)
+    return keep_dims(prims.sum(prims.where(prims.eq(positions, index), input, 0), (d,)), input,
+                     (d,), keepdim)
 
 
 @ref(declines=_min_max_declines)

@@ -15,7 +15,8 @@ from primtrace.ir.strides import contiguous_strides
 from primtrace.refs.conversion import allocated_as_eager
 from primtrace.refs.checks import check_fits, check_out_dtype, not_implemented, without_complex32
 from primtrace.refs.core import (broadcast, broadcast_shapes, elementwise, exact_add, exact_sub,
-                                 exports, is_number, is_tensor, maybe_convert, ref, to_tensor)
+                                 exports, is_number, is_tensor, maybe_convert, ref, to_tensor,
+                                 with_gradient)
 from primtrace.refs.creation import as_nodes, filled
 from primtrace.refs.out import copy_to_out, write_where
 from primtrace.refs.promotion import DEFAULT, NO_OPMATH, result_type
@@ -154,16 +155,38 @@ def _clamp_max_check(input, max, out):
     _clamp_check(input, None, max, out, name="clamp_max")
 
 
+def _clamped(value, input, min, max):
+    """`value`, input clamped to [min, max] (None: no bound), differentiated as eager's clamp
+    (clamp_backward_min_max): input gets the gradient where min <= input <= max (the bounds
+    included, NaN not), a tensor bound where it is the result (min where input < min < max,
+    max where input > max or max < min); a number bound gets none."""
+    def pieces():
+        x = input
+        inside = [m for m in (None if min is None else prims.ge(x, min),
+                              None if max is None else prims.le(x, max)) if m is not None]
+        found = [(inside[0] if len(inside) == 1 else prims.bitwise_and(*inside), x)]
+        if is_tensor(min):
+            below = prims.lt(x, min)
+            found.append((below if max is None else prims.bitwise_and(below, prims.lt(min, max)),
+                          min))
+        if is_tensor(max):
+            above = prims.gt(x, max)
+            found.append((above if min is None else prims.bitwise_or(above, prims.lt(max, min)),
+                          max))
+        return found
+    return with_gradient(value, pieces)
+
+
 @elementwise(DEFAULT, ("input", "min"), checks=[_clamp_min_check], inplace=True)
 def clamp_min(input, min):
     """max(input, min), nan-propagating."""
-    return prims.maximum(input, _bound(min, input))
+    return _clamped(prims.maximum(input, _bound(min, input)), input, min, None)
 
 
 @elementwise(DEFAULT, ("input", "max"), checks=[_clamp_max_check], inplace=True)
 def clamp_max(input, max):
     """min(input, max), nan-propagating."""
-    return prims.minimum(input, _bound(max, input))
+    return _clamped(prims.minimum(input, _bound(max, input)), input, None, max)
 
 
 @elementwise(DEFAULT, ("input", "min", "max"), name="clamp")
@@ -171,7 +194,8 @@ def _clamp(input, min, max):
     """clamp with both bounds (clamp's checks made)."""
     if input.dtype is torch.bool:
         raise not_implemented("clamp_cpu", input.dtype)
-    return prims.minimum(prims.maximum(input, _bound(min, input)), _bound(max, input))
+    value = prims.minimum(prims.maximum(input, _bound(min, input)), _bound(max, input))
+    return _clamped(value, input, min, max)
 
 
 @ref(inplace=True, aliases=("clip",), promote=_clamp.promote,

@@ -16,7 +16,7 @@ import torch
 from primtrace import dtypes, prims
 from primtrace.refs.checks import (boolean_out, not_implemented, refuse, same_dtype_out,
                                    same_dtype_out_unless_complex, tensor_argument)
-from primtrace.refs.core import elementwise, exports, is_tensor, ref
+from primtrace.refs.core import elementwise, exports, is_tensor, ref, with_gradient
 from primtrace.refs.out import copy_to_self
 from primtrace.refs.promotion import (ALWAYS_BOOL, BOOL_TO_LONG, COMPLEX_TO_FLOAT, DEFAULT,
                                       INT_TO_FLOAT, NO_OPMATH)
@@ -252,21 +252,14 @@ def conj_physical(input):
 
 # angle's two promotion kinds are two refs, printed as refs.unary.complex_angle/real_angle
 def complex_angle(input):
-    """arg(z) = atan2(imag, real), a real result. At z = 0 the operands are (imag * 0,
-    +-1 with real's sign): the same value (0 or pi, signed as imag), and the gradient 0 as
-    eager's (atan2's at (0, 0) is 0/0)."""
-    im, re = prims.imag(input), prims.real(input)
-    zero = prims.bitwise_and(prims.eq(re, 0), prims.eq(im, 0))
-    unit = prims.where(prims.signbit(re), -1.0, prims.full((), 1.0, dtype=re.dtype,
-                                                           device=re.device))
-    return prims.atan2(prims.where(zero, prims.mul(im, 0), im), prims.where(zero, unit, re))
+    """arg(z) = atan2(imag, real), a real result."""
+    return prims.atan2(prims.imag(input), prims.real(input))
 
 
 def real_angle(input):
-    """pi where negative, else 0; NaN stays NaN (as input * 0: the gradient is 0 there too,
-    as eager's)."""
-    return prims.where(prims.lt(input, 0), _PI,
-                       prims.where(prims.isnan(input), prims.mul(input, 0), 0))
+    """pi where negative, else 0; NaN stays NaN. No gradient (eager's is zeros, at NaN too)."""
+    return with_gradient(
+        prims.where(prims.lt(input, 0), _PI, prims.where(prims.isnan(input), input, 0)))
 
 
 _complex_angle = elementwise(COMPLEX_TO_FLOAT, ("input",), name="angle", module="refs.unary")(
@@ -299,8 +292,9 @@ deg2rad, rad2deg = angle_units_ref("deg2rad", _PI_180), angle_units_ref("rad2deg
 
 @elementwise(INT_TO_FLOAT, ("input",))
 def sinc(input):
-    """sin(pi x) / (pi x), 1 at 0; complex too. The quotient is computed at 1 where x is 0
-    (its value is not used there), so that its gradient there is 0 and not 0 * NaN."""
+    """sin(pi x) / (pi x), 1 at 0; complex too. The quotient reads 1 at 0, where it is not
+    taken: its zero cotangent times its derivative there (0 / 0) would make a NaN gradient
+    where eager's is 0."""
     zero = prims.eq(input, 0)
     product = prims.mul(prims.where(zero, 1, input), _PI)
     return prims.where(zero, 1, prims.div(prims.sin(product), product))
@@ -308,15 +302,34 @@ def sinc(input):
 
 @elementwise(INT_TO_FLOAT, ("input",))
 def logit(input, eps=None):
-    """log(x / (1 - x)); with eps >= 0, x is first clamped to [eps, 1 - eps] (NaN kept)."""
+    """log(x / (1 - x)); with eps >= 0, x is first clamped to [eps, 1 - eps] (NaN kept).
+    Differentiated as eager's logit_backward, g / (x * (1 - x)): g * inf at 0 and 1 and NaN
+    outside [0, 1] without eps (the chain rule through the quotient gave NaN at 0 and 1,
+    numbers outside), 0 outside [eps, 1 - eps] with it (NaN stays NaN)."""
     if input.dtype.is_complex:
         raise not_implemented("logit_cpu", input.dtype)
-    if eps is not None and eps >= 0:
+    x = input
+    clamps = eps is not None and eps >= 0
+    if clamps:
         # eager computes 1 - eps after rounding eps to the dtype: rarely, a last-bit difference
         low, high = eps, 1 - eps
-        input = prims.where(prims.lt(input, low), low,
-                            prims.where(prims.gt(input, high), high, input))
-    return prims.log(prims.div(input, prims.sub(1, input)))
+        x = prims.where(prims.lt(input, low), low, prims.where(prims.gt(input, high), high, input))
+    value = prims.log(prims.div(x, prims.sub(1, x)))
+
+    def slope(x, divisor):
+        """A carrier whose gradient is g / divisor (not differentiated itself)."""
+        return prims.div(x, with_gradient(divisor))
+    if clamps:
+        def pieces():
+            inside = prims.bitwise_not(prims.bitwise_or(prims.lt(input, low),
+                                                        prims.gt(input, high)))   # NaN too
+            xs = prims.where(inside, input, 0.5)   # a finite slope where the cotangent is 0
+            return [(inside, slope(xs, prims.mul(xs, prims.sub(1, xs))))]
+        return with_gradient(value, pieces)
+    # NaN outside [0, 1]; g * inf at 0 (-0.0 too) and 1
+    divisor = prims.where(prims.eq(input, 0), 0.0, prims.mul(input, prims.sub(1, input)))
+    outside = prims.bitwise_or(prims.lt(input, 0), prims.gt(input, 1))
+    return prims.differentiate_as(value, slope(input, prims.where(outside, math.nan, divisor)))
 
 
 def _nan_to_num_real(x, nan, posinf, neginf):

@@ -608,8 +608,8 @@ def to_prims(trace: Trace, keep_autograd_calls: bool = True) -> Trace:
     grad_mode = trace.tags.get("grad_enabled", torch.is_grad_enabled())
     nodes, kept = [], 0
     for node in trace.nodes:
-        enabled = keep_autograd_calls and (grad_mode if node.grad_enabled is None
-                                           else node.grad_enabled)
+        enabled = (keep_autograd_calls or _kept_in_training(node)) and (
+            grad_mode if node.grad_enabled is None else node.grad_enabled)
         if node.call is None or not enabled or not any(
                 getattr(p, "requires_grad", False) for p in node.output_proxies):
             flat = node.flat()
@@ -627,6 +627,16 @@ def to_prims(trace: Trace, keep_autograd_calls: bool = True) -> Trace:
             f"{kept} op(s) whose results require grad run as the torch calls the code made, "
             f"for eager's autograd")]
     return prims
+
+
+def _kept_in_training(node: Node) -> bool:
+    """Calls torch differentiates better than their prims do: attention, whose fused CPU
+    and GPU kernels have fused backwards (the backward runs torch's autograd over the call
+    again: prims.library_vjp). Not with dropout: that second run would draw again."""
+    if node.call is None or node.call[0] is not torch.nn.functional.scaled_dot_product_attention:
+        return False
+    _, args, kwargs = node.call
+    return not kwargs.get("dropout_p", args[4] if len(args) > 4 else 0.0)
 
 
 def _versions_after(node: Node, call: Node) -> list[Node]:

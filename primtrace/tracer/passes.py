@@ -2,10 +2,10 @@
 
 Each pass takes a trace and returns a new one (the input is not modified). Passes never
 change numerics unless asked: dead-code elimination, common subexpression elimination,
-removal of conversions to the same dtype, and of round trips through a dtype that holds
-every value exactly (f16 -> f32 -> f16). A round trip that rounds (f32 -> f16 -> f32) is
-part of eager's numerics and stays unless ``lossy=True`` (``jit(...,
-remove_lossy_round_trips=True)``).
+removal of the gradient carriers only a backward reads, of conversions to the same dtype,
+and of round trips through a dtype that holds every value exactly (f16 -> f32 -> f16).
+A round trip that rounds (f32 -> f16 -> f32) is part of eager's numerics and stays unless
+``lossy=True`` (``jit(..., remove_lossy_round_trips=True)``).
 
 Two rules keep rewrites safe around mutation and aliasing: a proxy that an in-place node
 writes (``prims.copy_to``) is never replaced nor used as a replacement, and a returned value
@@ -242,8 +242,54 @@ def remove_round_trips(trace: Trace, *, lossy: bool = False) -> Trace:
     return rw.result(kept)
 
 
+def drop_gradient_carriers(trace: Trace) -> Trace:
+    """Drop each ``prims.differentiate_as(value, carrier)``: the carrier says how the value
+    differentiates (a ref's tie convention, docs/autodiff.md), which only a backward reads,
+    so a forward computes what it did without it and DCE drops the carrier. The value's
+    node takes over the result's name where it can (it makes the value alone, of the same
+    layout), so the result is still the ref's output and the executors can give the whole
+    call back to torch; else the value replaces the result. A trace to differentiate
+    (``primtrace.autodiff.backward_trace``) is taken before this pass: after it, the refs'
+    gradients would follow their prims' rules again."""
+    rw = _Rewriter(trace)
+    producer = {p.name: i for i, n in enumerate(trace.nodes) for p in n.output_proxies}
+    takes_over: dict[int, Proxy] = {}   # node index -> the result whose name it now makes
+    dropped = set()
+    for node in trace.nodes:
+        value, result = (node.args[0], node.outputs) if _is_gradient_carrier(node) else (0, 0)
+        if not isinstance(value, TensorProxy):
+            continue
+        at = producer.get(value.name)
+        maker = trace.nodes[at] if at is not None else None
+        if (maker is not None and takes_over.get(at, maker.outputs) is value and is_pure(maker)
+                and value.spec == result.spec and value.name not in rw.outputs
+                and value.name not in rw.mutated):
+            takes_over[at], producer[result.name] = result, at
+            for name, new in list(rw.replace.items()):   # a value renamed by an earlier one
+                if new is value:
+                    rw.replace[name] = result
+            rw.replace[value.name] = result   # its other readers (carriers) read the result
+        elif rw.may_replace(result, value):
+            rw.substitute(result, rw.replace.get(value.name, value))
+        else:
+            continue
+        dropped.add(id(node))
+    kept = []
+    for i, node in enumerate(trace.nodes):
+        if id(node) not in dropped:
+            node = rw.node(node)
+            kept.append(node.replace(outputs=takes_over[i]) if i in takes_over else node)
+    return rw.result(kept)
+
+
+def _is_gradient_carrier(node: Node) -> bool:
+    return node.symbol.kind is SymbolKind.PRIM and node.symbol.name == "differentiate_as"
+
+
 def optimize(trace: Trace, *, remove_lossy_round_trips: bool = False) -> Trace:
-    """The default pipeline: conversions first (they expose dead code and twins), then CSE, DCE."""
+    """The default pipeline: gradient carriers and conversions first (they expose dead code
+    and twins), then CSE, DCE."""
+    trace = drop_gradient_carriers(trace)
     trace = remove_noop_converts(trace)
     trace = remove_round_trips(trace, lossy=remove_lossy_round_trips)
     trace = cse(trace)
@@ -252,5 +298,5 @@ def optimize(trace: Trace, *, remove_lossy_round_trips: bool = False) -> Trace:
     return trace
 
 
-__all__ = ["dce", "cse", "remove_noop_converts", "remove_round_trips", "optimize",
+__all__ = ["dce", "cse", "drop_gradient_carriers", "remove_noop_converts", "remove_round_trips", "optimize",
            "holds_exactly", "is_pure", "may_raise", "mutated_proxy"]

@@ -173,6 +173,8 @@ class Snapshot:
         if depth < 0 or value is _MISSING or isinstance(value, (torch.Tensor, Proxy)):
             return
         t = type(value)
+        if t.__module__.startswith("primtrace."):
+            return   # primtrace's own objects (a jitted function called inside): not user state
         if t is tuple:
             for i, v in enumerate(value):
                 self._walk(v, f"{label}[{i}]", depth - 1)
@@ -536,6 +538,8 @@ def find_proxy(roots, limit: int = 4 * _MAX_OBJECTS):
                 seen.add(id(v))   # a user's module named by a global: its own globals
                 todo += [(f"{label}.{k}", x, depth + 1) for k, x in vars(v).items()
                          if not k.startswith("__")]
+        elif type(v).__module__.startswith("primtrace."):
+            continue   # primtrace's own objects (a jitted function's cached traces) hold proxies
         elif not isinstance(v, (types.FunctionType, types.MethodType)):
             seen.add(id(v))
             d = plain_dict(v)

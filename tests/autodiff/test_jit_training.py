@@ -247,6 +247,44 @@ def test_no_grad_block_inside_a_call_that_needs_none():
     assert [o.requires_grad for o in got] == [o.requires_grad for o in want]
 
 
+def test_a_saved_value_written_in_place_later_is_copied_first():
+    """eager raises (a value needed for gradient was modified); primtrace saves a copy made
+    before the write, so the backward reads what the forward read."""
+    def f(x):
+        y = x.exp()
+        y.clamp_(0, 1.5)
+        return (y * x).sum()
+
+    def g(x):
+        y = x * 3
+        z = y.sin()
+        y.mul_(2)
+        return (z + y).sum()
+    x = torch.randn(5, 4, requires_grad=True)
+    xd, e = x.detach(), x.detach().exp()
+    (gf,) = torch.autograd.grad(primtrace.jit(f)(x), x)
+    torch.testing.assert_close(gf, e.clamp(0, 1.5) + xd * e * (e <= 1.5))
+    (gg,) = torch.autograd.grad(primtrace.jit(g)(x), x)
+    torch.testing.assert_close(gg, 3 * (3 * xd).cos() + 6)
+
+
+def test_relu_inplace_module_matches_eager():
+    m = nn.Sequential(nn.Linear(4, 8), nn.ReLU(inplace=True), nn.Linear(8, 2), nn.Sigmoid())
+    x = torch.randn(5, 4, requires_grad=True)
+    got = torch.autograd.grad(primtrace.jit(m)(x).sum(), [x, *m.parameters()])
+    want = torch.autograd.grad(m(x).sum(), [x, *m.parameters()])
+    for a, e in zip(got, want):
+        torch.testing.assert_close(a, e)
+
+
+def test_double_backward_of_a_call_that_writes_state_raises():
+    bn = nn.BatchNorm1d(4)
+    jm = primtrace.jit(bn)
+    x = torch.randn(8, 4, requires_grad=True)
+    with pytest.raises(RuntimeError, match="writes into its inputs or state"):
+        torch.autograd.grad(jm(x).pow(2).sum(), x, create_graph=True)
+
+
 @pytest.mark.parametrize("method", ["mul_", "div_", "pow_", "atan2_", "remainder_"])
 def test_a_saved_value_written_in_place_later_is_saved_as_a_copy(method):
     """x.clone().mul_(y): y's gradient reads the clone's values before the write (eager saves
@@ -293,3 +331,16 @@ def test_half_backward_rounds_once(dtype):
     g = torch.randn(64, 8, dtype=dtype)
     (got,) = torch.autograd.grad(primtrace.jit(lambda x, w: x * w)(x, w), w, g)
     assert torch.equal(got, (g.float() * x.float()).sum(0).to(dtype))
+def test_create_graph_keeps_eager_tie_conventions():
+    """The replay runs prims with torch's autograd: differentiate_as's torch implementation
+    follows its rule (relu at exactly 0 gives 0, not half)."""
+    x = torch.tensor([-1.0, 0.0, 2.0], requires_grad=True)
+
+    def f(x):
+        return torch.relu(x).pow(2).sum() + torch.relu(x).sum()
+    results = []
+    for fn in (primtrace.jit(f), f):
+        (g,) = torch.autograd.grad(fn(x), x, create_graph=True)
+        results.append((g.detach(), torch.autograd.grad(g.sum(), x)[0]))
+    for a, e in zip(*results):
+        torch.testing.assert_close(a, e)

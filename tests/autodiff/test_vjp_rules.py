@@ -149,7 +149,12 @@ def test_unary_complex(name):
     check_vjp(name, rand(3, 4, low=low, high=high, dtype=C128))
 
 
-@pytest.mark.parametrize("name", _rules_of(prims.BINARY) + ["libm_pow"])
+#: prims whose rule is not their torch implementation's derivative, by design: tested apart
+NOT_THEIR_IMPL = {"differentiate_as"}
+
+
+@pytest.mark.parametrize("name", [n for n in _rules_of(prims.BINARY) if n not in NOT_THEIR_IMPL]
+                         + ["libm_pow"])
 def test_binary(name):
     (a_low, a_high), (b_low, b_high) = BINARY_DOMAIN.get(name, ((-2, 2), (-2, 2)))
 
@@ -194,14 +199,30 @@ def test_scatter_reductions_share_ties_as_torch(reduce, include_self):
     torch.testing.assert_close((grad_a, grad_src), expected)
 
 
-def test_maximum_and_minimum_split_ties_as_torch():
-    a = torch.tensor([1.0, 2.0, 3.0], dtype=F64)
-    b = torch.tensor([1.0, 1.0, 4.0], dtype=F64)
-    g = torch.ones(3, dtype=F64)
-    grad_a, grad_b = vjp(prims.maximum, g, prims.maximum(a, b), (a, b), {})
+@pytest.mark.parametrize("name", ["maximum", "minimum"])
+def test_maximum_and_minimum_split_ties_as_torch(name):
+    """A tie splits g in halves; a NaN on either side gives both operands the whole g."""
+    a = torch.tensor([1.0, 2.0, 3.0, math.nan, 1.0, math.nan, -0.0], dtype=F64)
+    b = torch.tensor([1.0, 1.0, 4.0, 1.0, math.nan, math.nan, 0.0], dtype=F64)
+    g = rand(7)
+    prim = getattr(prims, name)
+    grads = vjp(prim, g, prim(a, b), (a, b), {})
     leaves = a.clone().requires_grad_(), b.clone().requires_grad_()
-    expected = torch.autograd.grad(torch.maximum(*leaves).sum(), leaves)
-    torch.testing.assert_close((grad_a, grad_b), expected)
+    expected = torch.autograd.grad(getattr(torch, name)(*leaves), leaves, g)
+    assert all(torch.equal(got, want) for got, want in zip(grads, expected))
+
+
+def test_differentiate_as_is_its_value_with_the_carriers_gradient():
+    """The value passes (a new tensor, laid out as an elementwise result of both operands);
+    the whole cotangent goes to the carrier, none to the value; a number carrier stops it."""
+    value, carrier = rand(3, 4), rand(4, 3).T
+    y = prims.differentiate_as(value, carrier)
+    assert torch.equal(y, value) and y.data_ptr() != value.data_ptr()
+    assert y.stride() == (value + carrier).stride()   # an elementwise result's layout
+    g = rand(3, 4)
+    grad_value, grad_carrier = vjp(prims.differentiate_as, g, y, (value, carrier), {})
+    assert grad_value is None and torch.equal(grad_carrier, g)
+    assert vjp(prims.differentiate_as, g, y, (value, 0.0), {}) == (None, None)
 
 
 # --- the other prims: (name, args, kwargs) ------------------------------------------------------
@@ -276,9 +297,11 @@ def _views():
 
 def _linalg_and_indexing():
     for a, b in (((3, 4), (4, 5)), ((4,), (4,)), ((2, 3, 4), (4,)), ((4,), (2, 4, 5)),
-                 ((2, 1, 3, 4), (5, 4, 2)), ((3, 4), (2, 4, 5))):
+                 ((2, 1, 3, 4), (5, 4, 2)), ((3, 4), (2, 4, 5)), ((2, 3, 4), (4, 5))):
         yield "matmul", (rand(*a), rand(*b)), {}
     yield "matmul", (rand(3, 4, dtype=C128), rand(4, 2, dtype=C128)), {}
+    yield "matmul", (rand(2, 3, 4, dtype=C128), rand(4, 2, dtype=C128)), {}
+    yield "matmul", (rand(4, 2, 3).transpose(0, 1), rand(3, 5)), {}   # rows not viewable
     x = rand(4, 5)
     yield "index_select", (x, 1, _index(0, 3, 3, 1)), {}
     yield "index_select", (x, 0, _index(0, 2, 2, 1, 3, 0).view(2, 3)), {}   # an embedding

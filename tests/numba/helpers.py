@@ -1,6 +1,10 @@
 """Shared helpers for the Numba executor tests."""
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import warnings
 
 import torch
@@ -45,3 +49,17 @@ def check_against_eager(jfn, fn, *args):
     problem = compare_outputs(got, expected, lambda: fn(*upcast(args)))
     assert problem is None, problem
     return got
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def under_cuda_simulator(script: str, timeout: int = 600):
+    """Run `script` in a subprocess with the CUDA backend under Numba's simulator (which must
+    be chosen before numba.cuda is first imported); returns the JSON its last line prints."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PRIMTRACE_NUMBA_BACKEND="cuda",
+               PYTHONPATH=ROOT)
+    r = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=timeout)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])

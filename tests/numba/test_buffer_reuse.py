@@ -64,17 +64,18 @@ def test_the_add_after_a_gelu_that_keeps_its_input_still_reuses():
     assert GELU_ not in names and ADD_ in names
 
 
-def test_no_reuse_for_results_that_need_autograd():
+def test_training_forward_reuses_buffers_inside_its_autograd_function():
+    """The forward of a call that needs grad runs inside one autograd.Function, where no
+    intermediate has a grad_fn: reusing a dead buffer is safe, and gradients are eager's."""
     x, w1, b, w2 = inputs()
     w1.requires_grad_()
     jfn = primtrace.jit(mlp, executors=[NumbaFusionExecutor()])
     got = jfn(x, w1, b, w2)
-    names = [n.symbol.qualname for n in primtrace.last_trace(jfn).nodes]
-    assert GELU_ not in names and ADD_ not in names
+    assert "backward" in primtrace.last_trace(jfn).tags
     got.sum().backward()
     grad, w1.grad = w1.grad, None
     mlp(x, w1, b, w2).sum().backward()
-    torch.testing.assert_close(grad, w1.grad)
+    torch.testing.assert_close(grad, w1.grad, rtol=1e-4, atol=1e-4)   # fused sums
 
 
 def test_w10_block_values_unchanged_and_trace_shows_the_in_place_calls():

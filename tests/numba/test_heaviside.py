@@ -2,19 +2,12 @@
 CUDA kernel's source and PTX (no GPU needed), and the CUDA backend under the simulator."""
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
 import primtrace
 from tests.numba import special_values as sv
-from tests.numba.helpers import execution, fused, fused_nodes, torch_nodes
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.numba.helpers import execution, fused, fused_nodes, torch_nodes, under_cuda_simulator
 
 
 def heaviside(x, values):
@@ -78,9 +71,4 @@ print(json.dumps(bad))
 
 
 def test_cuda_simulator_matches_eager():
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PRIMTRACE_NUMBA_BACKEND="cuda",
-               PYTHONPATH=ROOT)
-    r = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True,
-                       text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert json.loads(r.stdout.strip().splitlines()[-1]) == []
+    assert under_cuda_simulator(SCRIPT) == []

@@ -371,3 +371,18 @@ def test_a_jitted_function_is_freed_with_its_last_reference():
     del jf
     gc.collect()
     assert ref() is None
+
+
+def test_a_jitted_function_calling_another_with_cached_traces_compiles_again():
+    """The inner function's cached traces hold proxies: they are primtrace's, not user state
+    that leaked (a second compile of the outer function raised TracingError)."""
+    inner = primtrace.jit(lambda x: x.sin())
+    inner(torch.randn(3))
+    outer = primtrace.jit(lambda x: inner(x) * 2)
+    for n in (3, 4):
+        x = torch.randn(n)
+        torch.testing.assert_close(outer(x), x.sin() * 2)
+    lin = torch.nn.Linear(3, 3)
+    lin.forward = primtrace.jit(lin.forward)
+    for n in (2, 5):
+        assert lin(torch.randn(n, 3)).shape == (n, 3)

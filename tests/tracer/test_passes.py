@@ -1,4 +1,5 @@
-"""The trace passes: DCE, CSE, no-op conversions, round trips (value-preserving vs lossy)."""
+"""The trace passes: DCE, CSE, gradient carriers, no-op conversions, round trips (value-preserving
+vs lossy)."""
 import pytest
 import torch
 
@@ -69,6 +70,55 @@ def test_cse_does_not_merge_reads_around_a_write():
     expected = f(a.clone())
     got = primtrace.jit(f)(a)
     torch.testing.assert_close(got, expected)
+
+
+def test_gradient_carriers_go_and_their_nodes_with_dce():
+    """differentiate_as(value, carrier) goes, the value's node making its result (the ref's
+    output keeps its name); what only the carrier read dies with DCE."""
+    def body(a):
+        value = prims.maximum(a, prims.full((), 0.0, dtype=a.dtype, device=a.device))
+        carrier = prims.where(prims.gt(value, 0), a, 0)    # the carrier reads the value too
+        return prims.mul(prims.differentiate_as(value, carrier), 2)
+    t = build([("a", torch.float32)], body)
+    dropped = passes.drop_gradient_carriers(t)
+    assert names(dropped) == ["maximum", "gt", "where", "mul"]
+    result = t.nodes[3].outputs
+    assert dropped.nodes[0].outputs is result
+    assert dropped.nodes[1].args[0] is result and dropped.nodes[3].args[0] is result
+    assert names(passes.optimize(t)) == ["maximum", "mul"]
+
+
+def test_gradient_carriers_of_gradient_carriers_go():
+    def body(a):
+        inner = prims.differentiate_as(prims.neg(a), a)
+        return prims.differentiate_as(inner, prims.exp(a))
+    t = build([("a", torch.float32)], body)
+    optimized = passes.optimize(t)
+    assert names(optimized) == ["neg"] and optimized.nodes[0].outputs is t.outputs
+
+
+def test_a_gradient_carrier_of_another_layout_is_replaced_by_its_value():
+    """The result is a new dense tensor: where the value is not (a broadcast view), the
+    value's node cannot make it, and the value replaces it."""
+    def body(a):
+        value = prims.broadcast_in_dim(prims.neg(a), (3, 4), (1,))
+        return prims.mul(prims.differentiate_as(value, prims.exp(value)), 2)
+    t = build([("a", torch.float32)], body)
+    optimized = passes.optimize(t)
+    assert names(optimized) == ["neg", "broadcast_in_dim", "mul"]
+    assert optimized.nodes[2].args[0] is t.nodes[1].outputs
+
+
+@pytest.mark.parametrize("fn", [torch.relu, lambda x: x.clamp(-1, 1), lambda x: x.max(1)],
+                         ids=["relu", "clamp", "max(dim)"])
+def test_a_call_given_back_to_torch_is_still_the_call(fn):
+    """The value's node takes the name of the ref's result: the prims left of one call are
+    still that call, which the cost model gives back to torch whole (small, float32)."""
+    from primtrace.executors.numba import NumbaFusionExecutor
+    jf = primtrace.jit(fn, executors=[NumbaFusionExecutor(), primtrace.TORCH])   # the defaults
+    x = torch.randn(64, 64)
+    torch.testing.assert_close(jf(x), fn(x))
+    assert [n.symbol.kind for n in primtrace.last_trace(jf).nodes] == ["opaque"]
 
 
 def test_noop_conversions_go():

@@ -365,6 +365,8 @@ ROWS = (
     math_op("sqrt", inline("math.sqrt"), _ld("sqrtf", "sqrt", math.sqrt, np.sqrt)),
     Op("rsqrt", 1, f=_rsqrt),
     Op("clone", 1, **_same(_identity)),
+    # the value; the carrier is read by the backward only (optimize() drops the prim)
+    Op("differentiate_as", 2, **_same(lambda em, d, value, carrier: value)),
     # min/max
     Op("maximum", 2, **_same(_maximum)),
     Op("minimum", 2, **_same(_minimum)),

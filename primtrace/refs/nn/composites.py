@@ -25,7 +25,8 @@ from primtrace import refs   # refs.add...: module attributes, so this module ex
 from primtrace.ir.strides import matches_dense
 from primtrace.refs import products as P
 from primtrace.refs.conversion import allocated_as_eager, suggest_memory_format
-from primtrace.refs.core import broadcast, broadcast_shapes, exports, is_tensor, maybe_convert, ref
+from primtrace.refs.core import (broadcast, broadcast_shapes, exports, is_tensor, maybe_convert,
+                                  ref, with_gradient)
 from primtrace.refs.creation import as_nodes
 from primtrace.refs.linalg import p_norm, vector_norm_of
 from primtrace.refs.out import check_can_cast, copy_to_self
@@ -151,6 +152,9 @@ def glu(input, dim=-1):
     b = prims.index_select(x, d, prims.iota(half, start=half, step=1, dtype=torch.int64,
                                             device=x.device))
     gate = prims.div(1.0, prims.add(prims.exp(prims.neg(b)), 1.0))
+    # differentiated as sigmoid (y * (1 - y)), as eager's glu_backward: through the quotient
+    # the gradient at b = -inf would be 0 * inf = NaN, not 0
+    gate = prims.differentiate_as(gate, prims.sigmoid(b))
     return maybe_convert(prims.mul(a, gate), input.dtype)
 
 
@@ -321,7 +325,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             scores = prims.add(scores, broadcast(maybe_convert(attn_mask, computation), shape))
     dims = (len(shape) - 1,)
     kept = tuple(range(len(shape) - 1))
-    m = prims.amax(scores, dims) if shape[-1] else None
+    m = with_gradient(prims.amax(scores, dims)) if shape[-1] else None   # the shift cancels
     if m is None:
         weights = scores
     else:
@@ -580,9 +584,15 @@ def cosine_similarity(x1, x2, dim=1, eps=1e-8):
     if len(shape) == 0:
         raise IndexError("Dimension specified as 1 but tensor has no dimensions")
     d = wrap_dim(int(concrete(dim)), len(shape))
-    na = refs.clamp_min(vector_norm_of("linalg.vector_norm", a, 2, d, True, None), eps)
-    nb = refs.clamp_min(vector_norm_of("linalg.vector_norm", b, 2, d, True, None), eps)
+    na, nb = (_at_least(vector_norm_of("linalg.vector_norm", t, 2, d, True, None), eps)
+              for t in (a, b))
     return refs.sum(refs.mul(refs.true_divide(a, na), refs.true_divide(b, nb)), d)
+
+
+def _at_least(norm, eps):
+    """max(norm, eps), differentiated as the norm itself: eager clamps the norms in place
+    under no_grad, so its gradient flows as if they were not clamped."""
+    return prims.differentiate_as(refs.clamp_min(norm, eps), norm)
 
 
 __all__ = exports(globals(), MODULE)

@@ -19,7 +19,7 @@ import torch
 from primtrace import dtypes, prims
 from primtrace.refs.checks import dispatch, exact_out
 from primtrace.refs.core import (COMPUTATION, INPUT, RAW, elementwise, exports, is_tensor,
-                                 maybe_convert, ref, to_tensor)
+                                 maybe_convert, ref, to_tensor, with_gradient)
 from primtrace.refs.promotion import DEFAULT, INT_TO_FLOAT, elementwise_dtypes
 from primtrace.refs.scalars import concrete, scalar_to, type_name
 
@@ -59,13 +59,25 @@ def method_of_input(method):
 @activation(DEFAULT, checks=[clamp_dtypes("Boolean inputs not supported for relu")],
             writes="input", inplace=True)
 def relu(input):
-    """max(x, 0), NaN kept (eager's clamp_min)."""
-    return prims.maximum(input, constant(0, input))
+    """max(x, 0), NaN kept (eager's clamp_min); differentiated as eager's threshold_backward:
+    no gradient where x <= 0 (at 0 too), the whole gradient elsewhere (NaN included)."""
+    x = input
+    return with_gradient(prims.maximum(x, constant(0, x)), lambda: [(_not(prims.le(x, 0)), x)])
+
+
+def _not(mask):
+    return prims.bitwise_not(mask)
 
 
 def _clamp(x, low, high):
     """min(max(x, low), high): NaN stays NaN; low > high gives high, as eager's clamp."""
     return prims.minimum(prims.maximum(x, constant(low, x)), constant(high, x))
+
+
+def _between(x, low, high):
+    """low < x < high, or x NaN: where hardtanh (and relu6) pass their gradient, as eager's
+    hardtanh_backward (none where x <= low or x >= high)."""
+    return _not(prims.bitwise_or(prims.le(x, constant(low, x)), prims.ge(x, constant(high, x))))
 
 
 def _hardtanh_limit(value, dtype):
@@ -89,15 +101,18 @@ def _min_not_above_max(input, min_val, max_val):
             checks=[clamp_dtypes("Bool inputs not supported for hardtanh")], writes="input",
             inplace=True)
 def hardtanh(input, min_val=-1.0, max_val=1.0):
-    """clamp(x, min_val, max_val), the limits in the input's dtype."""
-    return _clamp(input, min_val, max_val)
+    """clamp(x, min_val, max_val), the limits in the input's dtype; the gradient passes
+    strictly between them (and at NaN), as eager's hardtanh_backward."""
+    x = input
+    return with_gradient(_clamp(x, min_val, max_val),
+                         lambda: [(_between(x, min_val, max_val), x)])
 
 
 @activation(DEFAULT, checks=[clamp_dtypes("Bool inputs not supported for hardtanh")],
             writes="input")
 def relu6(input):
     """hardtanh(x, 0, 6)."""
-    return _clamp(input, 0, 6)
+    return with_gradient(_clamp(input, 0, 6), lambda: [(_between(input, 0, 6), input)])
 
 
 # --- piecewise linear: leaky_relu, rrelu, threshold ------------------------------------------
@@ -147,11 +162,11 @@ SELU_SCALE = 1.0507009873554804934193349852946
 
 def _elu(x, negcoef, poscoef=1.0, negiptcoef=1.0):
     """eager's elu kernel: x <= 0 ? expm1(x * negiptcoef) * negcoef : x * poscoef. The
-    exponential is computed at 0 where x > 0 (its value unused): its gradient there is 0,
-    not 0 * exp(overflow) = NaN."""
+    exponential reads x only where it is taken (0 elsewhere): at inf or NaN its zero
+    cotangent would make a NaN gradient (0 * exp(inf)) where eager's is g * poscoef."""
     negative = prims.le(x, 0)
-    inner = prims.where(negative, x, 0)
-    inner = inner if negiptcoef == 1.0 else prims.mul(inner, negiptcoef)
+    xn = prims.where(negative, x, 0)
+    inner = xn if negiptcoef == 1.0 else prims.mul(xn, negiptcoef)
     positive = x if poscoef == 1.0 else prims.mul(x, poscoef)
     return prims.where(negative, prims.mul(prims.expm1(inner), negcoef), positive)
 
@@ -238,10 +253,10 @@ def mish(input):
 @activation(DEFAULT, numbers={"beta": COMPUTATION, "threshold": COMPUTATION},
             checks=[STRUCTURED_OUT, dispatch("softplus_cpu", FLOATS)])
 def softplus(input, beta=1, threshold=20):
-    """log(1 + exp(beta * x)) / beta, reverting to x where beta * x > threshold (there the
-    smooth branch is computed at 0, unused: its gradient is 0, not 0 * exp(overflow))."""
+    """log(1 + exp(beta * x)) / beta, reverting to x where beta * x > threshold."""
     scaled = prims.mul(input, beta)
     linear = prims.gt(scaled, threshold)
+    # the exponential reads 0 where the result is x: exp(inf)'s zero cotangent would be NaN
     smooth = prims.div(prims.log1p(prims.exp(prims.where(linear, 0, scaled))), beta)
     return prims.where(linear, input, smooth)
 
@@ -256,16 +271,37 @@ def logsigmoid(input):
 
 
 # --- hard: hardsigmoid, hardswish --------------------------------------------------------------
+#: eager's hardsigmoid_backward multiplies by 1.0f / 6.0f, a float32 constant in every dtype
+ONE_SIXTH_F32 = float(torch.tensor(1 / 6, dtype=torch.float32))
+
+
+def _hard_middle(x):
+    """-3 < x < 3, where hardsigmoid and hardswish are not flat (eager's backward kernels
+    compare x, not x + 3: they differ where x + 3 rounds to 6)."""
+    return prims.bitwise_and(prims.gt(x, -3), prims.lt(x, 3))
+
+
 @activation(DEFAULT, checks=[dispatch("hardsigmoid_cpu", FLOATS)], writes="input")
 def hardsigmoid(input):
-    """min(max(x + 3, 0), 6) / 6."""
-    return prims.div(_clamp(prims.add(input, 3), 0, 6), 6)
+    """min(max(x + 3, 0), 6) / 6; differentiated as eager: g * (1.0f / 6) where -3 < x < 3,
+    0 elsewhere (NaN included)."""
+    x = input
+    return with_gradient(prims.div(_clamp(prims.add(x, 3), 0, 6), 6),
+                         lambda: [(_hard_middle(x), prims.mul(x, ONE_SIXTH_F32))])
 
 
 @activation(DEFAULT, checks=[dispatch("hardswish_cpu", FLOATS)], writes="input")
 def hardswish(input):
-    """x * min(max(x + 3, 0), 6) / 6."""
-    return prims.div(prims.mul(input, _clamp(prims.add(input, 3), 0, 6)), 6)
+    """x * min(max(x + 3, 0), 6) / 6; differentiated as eager: 0 where x <= -3,
+    g * (x / 3 + 0.5) where x < 3, g elsewhere (NaN included)."""
+    x = input
+
+    def pieces():
+        middle = _hard_middle(x)
+        xm = prims.where(middle, x, 0)   # finite where the slope's zero cotangent arrives
+        slope = with_gradient(prims.add(prims.div(xm, 3), 0.5))   # a factor: not differentiated
+        return [(middle, prims.mul(xm, slope)), (_not(prims.lt(x, 3)), x)]
+    return with_gradient(prims.div(prims.mul(x, _clamp(prims.add(x, 3), 0, 6)), 6), pieces)
 
 
 # --- shrinkage: softshrink, hardshrink, tanhshrink -------------------------------------------
@@ -284,7 +320,9 @@ def softshrink(input, lambd=0.5):
     """x - lambd above lambd, x + lambd below -lambd, else 0 (x * 0: NaN stays NaN)."""
     x = input
     inner = prims.where(prims.lt(x, -lambd), prims.add(x, lambd), prims.mul(x, 0))
-    return prims.where(prims.gt(x, lambd), prims.sub(x, lambd), inner)
+    # eager's softshrink_backward: 0 where -lambd <= x <= lambd, g elsewhere (NaN included)
+    return with_gradient(prims.where(prims.gt(x, lambd), prims.sub(x, lambd), inner), lambda: [
+        (_not(prims.bitwise_and(prims.ge(x, -lambd), prims.le(x, lambd))), x)])
 
 
 @activation(DEFAULT, numbers={"lambd": INPUT},

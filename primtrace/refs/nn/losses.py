@@ -115,6 +115,14 @@ def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", wei
     return _l1(input, target, reduction)
 
 
+def _quadratic_part(z, limit):
+    """Where smooth_l1 and huber are quadratic in z = |input - target|: not z >= limit, so
+    NaN too, as eager's backward kernels (NaN takes their x * g branch; the values are NaN
+    either way). Where the loss is linear the square is taken of 0: its zero cotangent
+    would make a NaN gradient at an infinite z (0 * inf)."""
+    return prims.bitwise_not(prims.ge(z, limit))
+
+
 @ref(module=MODULE, declines=_declines)
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
     """z = |input - target|: 0.5 * z^2 / beta where z < beta, else z - 0.5 * beta; l1_loss
@@ -128,11 +136,10 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
         raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
     x, y, result = _float_operands("smooth_l1_cpu", input, target)
     z = _abs_diff(x, y)
-    inside = prims.lt(z, beta)
-    zq = prims.where(prims.bitwise_or(inside, prims.isnan(z)), z, 0)   # outside, the square's
-    # gradient is 0 (not 0 * inf); NaN stays NaN, as eager's
+    small = _quadratic_part(z, beta)
+    zq = prims.where(small, z, 0)
     quadratic = prims.div(prims.mul(prims.mul(zq, 0.5), zq), beta)
-    loss = prims.where(inside, quadratic, prims.sub(z, 0.5 * beta))
+    loss = prims.where(small, quadratic, prims.sub(z, 0.5 * beta))
     return _reduce(maybe_convert(loss, result), reduction)
 
 
@@ -150,12 +157,11 @@ def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
         raise RuntimeError(f"result type {dtypes.scalar_type_name(promoted)} can't be cast to "
                            f"the desired output type {dtypes.scalar_type_name(input.dtype)}")
     z = _abs_diff(x, y)
-    inside = prims.lt(z, delta)
-    zq = prims.where(prims.bitwise_or(inside, prims.isnan(z)), z, 0)   # outside, the square's
-    # gradient is 0 (not 0 * inf); NaN stays NaN, as eager's
+    small = _quadratic_part(z, delta)
+    zq = prims.where(small, z, 0)
     quadratic = prims.mul(prims.mul(zq, 0.5), zq)
     linear = prims.mul(prims.sub(z, 0.5 * delta), delta)
-    loss = prims.where(inside, quadratic, linear)
+    loss = prims.where(small, quadratic, linear)
     return _reduce(maybe_convert(loss, input.dtype), reduction)
 
 

@@ -24,7 +24,7 @@ import torch
 from primtrace import dtypes, prims
 from primtrace.refs import reductions as R
 from primtrace.refs.conversion import allocated_as_eager, suggest_memory_format
-from primtrace.refs.core import broadcast, exports, is_tensor, maybe_convert, ref
+from primtrace.refs.core import broadcast, exports, is_tensor, maybe_convert, ref, with_gradient
 from primtrace.refs.scalars import type_name
 
 MODULE = "refs.nn.functional"
@@ -94,8 +94,10 @@ def _fresh(y, *inputs):
 def row_statistics(x, dims):
     """(amax(x, dims), x - amax, exp(x - amax), sum(exp(x - amax))) over nonempty `dims`, the
     two reductions not broadcast back: for a caller that needs log_softmax only at a few
-    points (cross_entropy's targets), so that no full-shape result is computed."""
-    amax = prims.amax(x, dims)
+    points (cross_entropy's targets), so that no full-shape result is computed. The shift
+    carries no gradient: every use of it cancels (d/dm of x - m - log(sum(exp(x - m))) is
+    0), so the backward needs no pass over amax's ties."""
+    amax = with_gradient(prims.amax(x, dims))
     shifted = prims.sub(x, keep(amax, x, dims))
     exp = prims.exp(shifted)
     return amax, shifted, exp, prims.sum(exp, dims)
@@ -181,9 +183,12 @@ def _affine(y, x, weight, bias, computation):
         # eager's kernel computes y * weight + bias as one fused multiply-add; in float64
         # the float32 product is exact and the sum rounds (to float32) as the fma does
         # (but for double-rounding ties): two float32 roundings lose accuracy to eager
+        # (differentiated as the float32 expression: the backward stays in float32)
         wide = [prims.convert_element_type(t, torch.float64) for t in (y, weight, bias)]
         w, b = (broadcast(t, tuple(x.shape)) for t in wide[1:])
-        return prims.convert_element_type(prims.add(prims.mul(wide[0], w), b), torch.float32)
+        value = prims.convert_element_type(prims.add(prims.mul(wide[0], w), b), torch.float32)
+        w, b = (broadcast(maybe_convert(t, computation), tuple(x.shape)) for t in (weight, bias))
+        return prims.differentiate_as(value, prims.add(prims.mul(y, w), b))
     if weight is not None:
         y = prims.mul(y, broadcast(maybe_convert(weight, computation), tuple(x.shape)))
     if bias is not None:
