@@ -258,7 +258,14 @@ def softplus(input, beta=1, threshold=20):
     linear = prims.gt(scaled, threshold)
     # the exponential reads 0 where the result is x: exp(inf)'s zero cotangent would be NaN
     smooth = prims.div(prims.log1p(prims.exp(prims.where(linear, 0, scaled))), beta)
-    return prims.where(linear, input, smooth)
+    value = prims.where(linear, input, smooth)
+    if beta != 0:
+        return value
+    # beta == 0: the value is log(2) / 0, and eager's gradient g * sigmoid(x * 0), g / 2 (NaN
+    # where x is not finite); the chain rule through the division by 0 gives 0 * inf = NaN
+    half = prims.add(prims.mul(input, 0), 0.5)
+    return with_gradient(value, lambda: [(linear, input),
+                                         (prims.bitwise_not(linear), prims.mul(input, half))])
 
 
 @activation(DEFAULT, name="log_sigmoid", checks=[  # F.logsigmoid is the C++ log_sigmoid
