@@ -417,6 +417,19 @@ def test_gradient_edges_as_eager(name, fn, values):
             torch.testing.assert_close(a, e, equal_nan=True)
 
 
+@pytest.mark.parametrize("padding_idx", [2, -2])
+def test_embedding_padding_row_gets_no_gradient(padding_idx):
+    weight = torch.randn(4, 3, requires_grad=True)
+    indices = torch.tensor([[0, 2, 2], [1, 3, 0]])
+    g = torch.randn(2, 3, 3)
+
+    def f(i, w):
+        return torch.nn.functional.embedding(i, w, padding_idx=padding_idx)
+    want = torch.autograd.grad(f(indices, weight), weight, g)[0]
+    got = torch.autograd.grad(primtrace.jit(f)(indices, weight), weight, g)[0]
+    assert torch.equal(got, want)
+
+
 def main(names, **selection):
     totals, by_op, reasons = collections.Counter(), {}, collections.Counter()
     start = selection.pop("start", None)

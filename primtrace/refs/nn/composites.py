@@ -114,7 +114,13 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
     if max_norm is not None:
         raise NotImplementedError("primtrace: embedding(max_norm=) renormalizes weight in place; "
                                   "torch runs it")
-    return embedding_rows(weight, input)
+    rows = embedding_rows(weight, input)
+    if padding_idx is None:
+        return rows
+    # eager's embedding_backward: the rows picked at padding_idx give weight no gradient
+    pad = padding_idx + weight.shape[0] if padding_idx < 0 else padding_idx
+    kept = prims.broadcast_in_dim(prims.ne(input, pad), tuple(rows.shape), tuple(range(input.ndim)))
+    return with_gradient(rows, lambda: [(kept, rows)])
 
 
 def embedding_rows(weight, indices):
