@@ -88,8 +88,18 @@ KNOWN: dict[str, tuple[str, ...]] = {
     "special.zeta": ("int8 with", "int16 with", "int32 with", "int64 with"),
     # lerp with an integer weight: eager's 1 - weight is computed in its integer dtype (uint8
     # 200: 57)
+    # lerp with complex infinities: eager's complex products give -inf + inf j where ours
+    # (other operand orders) give NaN
     **{op: ("int8 with", "int16 with", "int32 with", "int64 with", "uint8 arg", "int8 arg",
-            "int16 arg", "int32 arg", "int64 arg") for op in ("lerp", "lerp_")},
+            "int16 arg", "int32 arg", "int64 arg", "complex64 specials", "complex128 specials")
+       for op in ("lerp", "lerp_")},
+    # addcmul/addcdiv(value=inf) on complex tensors: eager multiplies by inf + 0j (a complex
+    # product: inf * 0 is NaN in each part), ours by the real inf
+    **{op: ("complex64 value=inf", "complex128 value=inf") for op in
+       ("addcmul", "addcdiv", "addcmul_", "addcdiv_")},
+    # complex nan_to_num: eager's out-of-place backward raises (no complex autograd); its
+    # in-place form zeroes g where either part is not finite, ours per part
+    "nan_to_num_": ("complex64 specials", "complex128 specials"),
     # polar(abs, angle) with abs < 0 (undefined, torch's docs): eager's rule multiplies by
     # sgn(result), which flips the sign of abs's gradient; ours is e^(i angle)
     "polar": ("grad of input 0: values differ",),
