@@ -127,8 +127,8 @@ KNOWN: dict[str, tuple[str, ...]] = {
     # native_layer_norm's mean and rstd: eager marks them not differentiable; ours require
     # grad (no prim detaches); the gradients of the result are eager's
     "native_layer_norm": ("output 1 requires_grad", "output 2 requires_grad"),
-    # vector_norm(ord=0) in bfloat16: eager's result requires grad but its graph does not
-    # reach the input (None); ours gives zeros, as eager's float32
+    # vector_norm(ord=0) in bfloat16: eager's gradient is None; ours zeros, as eager's in
+    # float32 (the count's derivative is 0)
     "linalg.vector_norm": ("ord=0] grad of input 0: ours a tensor, eager's None",),
     # scatter_reduce(reduce='prod') has no VJP rule yet: the call falls back to torch
     "scatter_reduce": ("reduce='prod': not written",),
