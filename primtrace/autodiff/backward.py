@@ -67,10 +67,11 @@ def backward_trace(forward: Trace, wrt=None) -> Backward:
             pairs.append((out, cotangent[out.name]))
     producer = {p.name: node for node in nodes for p in node.output_proxies}
     trace.record_constants = True   # a rule's zeros are made per call, not once: some are written
+    zeros: dict[str, object] = {}   # cotangents known to be zeros -> the call they are in
     with tracing(trace):
         for node in reversed(nodes):
-            _pull_back(node, active, cotangent, producer)
-        for p in _connected(nodes, wrt, active):   # eager's graph reaches it: zeros, not None
+            _pull_back(node, active, cotangent, producer, zeros)
+        for p in _connected(nodes, wrt, outputs, active):   # eager's graph reaches it: zeros, not None
             if p.name not in cotangent:
                 cotangent[p.name] = zeros_like(p)
     trace.record_constants = False
@@ -184,15 +185,18 @@ def _active(nodes, wrt, outputs) -> set[str]:
     return reached & needed
 
 
-def _connected(nodes, wrt, active) -> list:
+def _connected(nodes, wrt, outputs, active) -> list:
     """The inputs of `wrt` that a node through which gradients flow reads to make a value on
     the way to an output: eager's autograd graph reaches them, so their gradient is a tensor
     (zeros where every rule on the way says none: copysign's sign operand), never None."""
     names = {p.name for p in wrt}
+    flowing = {p.name for p in outputs}   # what reaches an output through such nodes alone
     read = set()
-    for node in nodes:
-        if stops_gradient(node) or not any(p.name in active for p in node.output_proxies):
+    for node in reversed(nodes):
+        if stops_gradient(node) or not any(p.name in active and p.name in flowing
+                                           for p in node.output_proxies):
             continue
+        flowing.update(p.name for p in node.inputs)
         read.update(p.name for p in node.inputs if p.name in names)
     return [p for p in wrt if p.name in read]
 
@@ -208,13 +212,26 @@ def stops_gradient(node: Node) -> bool:
     return isinstance(rule, NotDifferentiable) and rule.stops
 
 
-def _pull_back(node: Node, active: set, cotangent: dict, producer: dict) -> None:
-    """Add the cotangents of `node`'s inputs, from those of its outputs, by its rule."""
+def _pull_back(node: Node, active: set, cotangent: dict, producer: dict, zeros: dict) -> None:
+    """Add the cotangents of `node`'s inputs, from those of its outputs, by its rule.
+
+    Zeros a rule knows to be zeros (floor's, trunc's: ``Zero`` entries) pass through the
+    other prims of the same torch call without their rules: eager's formula for the call
+    (``div(rounding_mode="trunc")``, ``floor_divide``) gives zeros, where the chain rule
+    would give 0 * (1 / b), NaN at b = 0. Across calls the rules run, as eager's do."""
     outs = node.outputs
     flat = tree_flatten(outs)
     gs = [cotangent.get(p.name) if isinstance(p, Proxy) else None for p in flat]
     if all(g is None for g in gs) or not any(isinstance(p, Proxy) and p.name in active
                                              for p in node.inputs):
+        return
+    origin = node.origin
+    if origin is not None and all(g is None or zeros.get(p.name) is origin
+                                  for p, g in zip(flat, gs)):
+        for a in node.inputs:
+            if a.name in active and a.name not in cotangent and differentiable(a):
+                cotangent[a.name] = zeros_like(a)
+                zeros[a.name] = origin
         return
     g = tuple(gs) if isinstance(outs, (tuple, list)) else gs[0]
     try:
@@ -222,11 +239,17 @@ def _pull_back(node: Node, active: set, cotangent: dict, producer: dict) -> None
             grads = _opaque_vjp(node, g, active, cotangent)
         elif node.symbol.name == "aliased":
             grads = aliased_vjp(node, g, producer, wants_base=node.args[0].name in active)
+        elif _widens(node) and isinstance(g, TensorProxy) and g.dtype in _HALF:
+            wide = _rounded_from(g)
+            grads = _widened_vjp(node, wide if wide is not None
+                                 else prims.convert_element_type(g, torch.float32))
         else:
             grads = vjp(node.symbol, g, outs, node.args, node.kwargs,
                         wanted=[any(p.name in active for p in proxies_in(a)) for a in node.args])
     except NotDifferentiableError as e:
         raise NotDifferentiableError(f"{e} (in {_where(node)})") from None
+    zero = getattr(prims.VJP_RULES.get(node.symbol.name), "zero", False) \
+        and node.symbol.kind is SymbolKind.PRIM and origin is not None
     for arg, grad in zip(node.args, grads):
         listed = isinstance(arg, (list, tuple)) and isinstance(grad, (list, tuple))
         for a, gr in zip(arg, grad) if listed else [(arg, grad)]:   # cat's list of tensors
@@ -237,8 +260,16 @@ def _pull_back(node: Node, active: set, cotangent: dict, producer: dict) -> None
             if isinstance(gr, NotDifferentiable):
                 raise NotDifferentiableError(f"prims.{node.symbol.name} does not differentiate "
                                              f"{a.name}: {gr.reason} (in {_where(node)})")
-            if gr is not None:
-                _accumulate(cotangent, a, gr)
+            if gr is None:
+                continue
+            if zero:
+                if a.name not in cotangent:
+                    cotangent[a.name] = gr
+                    zeros[a.name] = origin
+                continue
+            if zeros.pop(a.name, None) is not None:   # a known zero gives way
+                del cotangent[a.name]
+            _accumulate(cotangent, a, gr)
 
 
 def _opaque_vjp(node: Node, g, active: set, cotangent: dict) -> tuple:
@@ -278,6 +309,33 @@ def _accumulate(cotangent: dict, p: Proxy, grad) -> None:
 
 
 _HALF = (torch.float16, torch.bfloat16)
+#: prims whose rule sums the cotangent (over the dims they broadcast along)
+_SUMMING = frozenset({"broadcast_in_dim", "expand"})
+
+
+def _widens(node: Node) -> bool:
+    """Whether `node`'s rule runs in float32 when its cotangent is float16/bfloat16: a
+    broadcast (its rule sums) or an elementwise prim (as the refs compute a half dtype's
+    forward in float32 and round once)."""
+    sym = node.symbol
+    return sym.kind is SymbolKind.PRIM and (sym.name in _SUMMING or (
+        "elementwise" in sym.tags and sym.name != "convert_element_type"
+        and not sym.tags & {"random", "inplace", "creation"}))
+
+
+def _widened_vjp(node: Node, wide_g):
+    """`node`'s rule on float32 copies of its half operands, result and cotangent (the float32
+    value a rule rounded to make it, where one did), each cotangent rounded once to its
+    operand's dtype: chains of rules then round once, not at every prim (inner's float16
+    gradient was summed 2 ulps off, softsign's two parts 3, renorm's products 4)."""
+    def up(x):
+        return prims.convert_element_type(x, torch.float32) \
+            if isinstance(x, TensorProxy) and x.dtype in _HALF else x
+    args = tuple(up(a) for a in node.args)
+    grads = vjp(node.symbol, wide_g, up(node.outputs), args, node.kwargs)
+    return tuple(prims.convert_element_type(gr, a.dtype)
+                 if isinstance(gr, TensorProxy) and isinstance(a, TensorProxy)
+                 and gr.dtype != a.dtype else gr for gr, a in zip(grads, node.args))
 _producers: dict = {}   # id(trace) -> (trace, {name: node}, nodes seen)
 
 

@@ -178,7 +178,10 @@ def elementwise_rule(entry, arity: int):
     if isinstance(entry, VJP):
         return entry.rule
     if isinstance(entry, Zero):
-        return lambda g, y, *args: tuple(zeros_like(a) if is_tensor(a) else None for a in args)
+        def zero(g, y, *args):
+            return tuple(zeros_like(a) if is_tensor(a) else None for a in args)
+        zero.zero = True   # backward_trace passes its zeros on through the same torch call
+        return zero
     partials = (entry,) if arity == 1 else tuple(entry)
 
     def rule(g, y, *args):

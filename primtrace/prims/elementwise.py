@@ -80,6 +80,14 @@ def _differentiate_as(value, carrier):
 
 
 # --- derivatives the tables name (the chain rule's factor, or a whole VJP rule) ---------------
+def _near_zero(a, formula):
+    """i1's and i1e's derivative as torch computes it: `formula` at a safe input where
+    |a| > eps, 1/2 elsewhere (tiny, zero and NaN inputs: the limit at 0)."""
+    eps = torch.finfo(a.dtype).eps
+    normal = P.gt(P.abs(a), eps)
+    return P.where(normal, formula(P.where(normal, a, eps)), 0.5)
+
+
 def _at_zero(a, value, elsewhere):
     """`value` where a == 0, `elsewhere` elsewhere (a removable singularity: i1'(0) = 1/2)."""
     return P.where(P.eq(a, 0), value, elsewhere)
@@ -147,12 +155,38 @@ def _pow_vjp(g, y, a, b):
 
 
 def _acosh_derivative(a, y):
-    """1 / sqrt((a - 1)(a + 1)), as torch's (a^2 - 1)^(-1/2) outside the domain too (finite
-    where a < -1, where acosh is NaN); complex: 1 / (sqrt(a - 1) sqrt(a + 1)), the principal
+    """torch's (a^2 - 1)^(-1/2): finite where a < -1 (acosh is NaN there), +inf at -1 and 1
+    ((a - 1)(a + 1) is -0 at -1); complex: 1 / (sqrt(a - 1) sqrt(a + 1)), the principal
     branch's derivative."""
     if a.dtype.is_complex:
         return P.mul(P.rsqrt(P.sub(a, 1)), P.rsqrt(P.add(a, 1)))
-    return P.rsqrt(P.mul(P.sub(a, 1), P.add(a, 1)))
+    return P.rsqrt(P.sub(P.mul(a, a), 1))
+
+
+def _floor_divide(a, b):
+    """a // b as eager's div(rounding_mode="floor") computes it for floats (remainder's
+    derivative in b is -(a // b), and floor(a / b) is off by one where a / b rounds up to an
+    integer): (a - fmod(a, b)) / b, the remainder's sign and the rounding corrected; the true
+    quotient where b is 0."""
+    like = a if is_tensor(a) else b
+    a, b = _t(a, like), _t(b, like)
+    mod = P.fmod(a, b)
+    div = P.div(P.sub(a, mod), b)
+    wrong_sign = P.bitwise_and(P.ne(mod, 0), P.ne(P.lt(b, 0), P.lt(mod, 0)))
+    div = P.where(wrong_sign, P.sub(div, 1), div)
+    floor = P.floor(div)
+    floor = P.where(P.gt(P.sub(div, floor), 0.5), P.add(floor, 1), floor)
+    true_quotient = P.div(a, b)
+    floor = P.where(P.ne(div, 0), floor, P.copysign(P.full((), 0, dtype=div.dtype,
+                                                           device=div.device), true_quotient))
+    return P.where(P.eq(b, 0), true_quotient, floor)
+
+
+def _nextafter_vjp(g, y, a, b):
+    """g to `a` but where a == b (the result is b there), as torch's; none to `b`."""
+    if not is_tensor(a):
+        return None, None
+    return P.where(P.eq(_t(a, g), _t(b, g)), 0, g), None
 
 
 def _extremum_vjp(loses):
@@ -192,16 +226,22 @@ UNARY = [
     ("sgn", torch.sgn, COMPLEX, "same", VJP(_sgn_vjp)),
     ("signbit", torch.signbit, REAL, "bool", BOOL_RESULT),
     ("reciprocal", torch.reciprocal, FLOAT_COMPLEX, "same", lambda a, y: P.neg(P.mul(y, y))),
-    ("sqrt", torch.sqrt, FLOAT_COMPLEX, "same", lambda a, y: P.div(0.5, y)),
+    # g / (2 conj(y)), as torch's: complex infinities and zeros divide as its do
+    ("sqrt", torch.sqrt, FLOAT_COMPLEX, "same",
+     VJP(lambda g, y, a: (P.div(g, P.mul(conjugated(y), 2)),))),
     ("rsqrt", torch.rsqrt, FLOAT_COMPLEX, "same", lambda a, y: P.mul(P.mul(y, P.mul(y, y)), -0.5)),
     ("exp", torch.exp, FLOAT_COMPLEX, "same", lambda a, y: y),
     ("exp2", torch.exp2, FLOAT_COMPLEX, "same", lambda a, y: P.mul(y, math.log(2))),
-    ("expm1", torch.expm1, FLOAT_COMPLEX, "same", lambda a, y: P.add(y, 1)),
-    ("log", torch.log, FLOAT_COMPLEX, "same", lambda a, y: P.reciprocal(a)),
+    # exp(a), not y + 1: that cancels to 0 below -37 (elu(alpha=1e300)'s gradient at -100)
+    ("expm1", torch.expm1, FLOAT_COMPLEX, "same", lambda a, y: P.exp(a)),
+    # log, log2, log10: g / a (as torch's), not g * (1 / a): 1 / a overflows for the smallest
+    # denormals where the quotient does not
+    ("log", torch.log, FLOAT_COMPLEX, "same", VJP(lambda g, y, a: (P.div(g, conjugated(a)),))),
     ("log1p", torch.log1p, FLOAT_COMPLEX, "same", lambda a, y: P.reciprocal(P.add(a, 1))),
-    ("log2", torch.log2, FLOAT_COMPLEX, "same", lambda a, y: P.reciprocal(P.mul(a, math.log(2)))),
+    ("log2", torch.log2, FLOAT_COMPLEX, "same",
+     VJP(lambda g, y, a: (P.div(g, conjugated(P.mul(a, math.log(2)))),))),
     ("log10", torch.log10, FLOAT_COMPLEX, "same",
-     lambda a, y: P.reciprocal(P.mul(a, math.log(10)))),
+     VJP(lambda g, y, a: (P.div(g, conjugated(P.mul(a, math.log(10)))),))),
     ("sin", torch.sin, FLOAT_COMPLEX, "same", lambda a, y: P.cos(a)),
     ("cos", torch.cos, FLOAT_COMPLEX, "same", lambda a, y: P.neg(P.sin(a))),
     ("tan", torch.tan, FLOAT_COMPLEX, "same", lambda a, y: P.add(P.mul(y, y), 1)),
@@ -228,9 +268,10 @@ UNARY = [
     ("i0", torch.i0, FLOATING, "same", lambda a, y: P.i1(a)),
     ("i0e", torch.special.i0e, FLOATING, "same", lambda a, y: P.sub(P.i1e(a), P.mul(P.sign(a), y))),
     ("i1", torch.special.i1, FLOATING, "same",
-     lambda a, y: _at_zero(a, 0.5, P.sub(P.i0(a), P.div(y, a)))),
+     lambda a, y: _near_zero(a, lambda s: P.sub(P.i0(s), P.div(y, s)))),
     ("i1e", torch.special.i1e, FLOATING, "same",
-     lambda a, y: _at_zero(a, 0.5, P.sub(P.i0e(a), P.mul(y, P.add(P.sign(a), P.reciprocal(a)))))),
+     lambda a, y: _near_zero(a, lambda s: P.sub(P.i0e(s),
+                                                 P.mul(y, P.add(P.sign(a), P.reciprocal(s)))))),
     ("ndtri", torch.special.ndtri, FLOATING, "same",
      lambda a, y: P.mul(P.exp(P.mul(P.mul(y, y), 0.5)), math.sqrt(2 * math.pi))),
     ("log_ndtr", torch.special.log_ndtr, FLOATING, "same",
@@ -273,7 +314,7 @@ BINARY = [
     ("mul", torch.mul, ANY, "same", (lambda a, b, y: b, lambda a, b, y: a)),
     ("div", _int_div, NUMERIC, "same", VJP(_div_vjp)),
     ("remainder", torch.remainder, REAL_NUMERIC, "same",
-     (lambda a, b, y: 1, lambda a, b, y: P.neg(P.floor(P.div(a, b))))),
+     (lambda a, b, y: 1, lambda a, b, y: P.neg(_floor_divide(a, b)))),
     ("fmod", torch.fmod, REAL_NUMERIC, "same",
      (lambda a, b, y: 1, lambda a, b, y: P.neg(P.trunc(P.div(a, b))))),
     ("pow", torch.pow, NUMERIC, "same", VJP(_pow_vjp)),
@@ -282,7 +323,7 @@ BINARY = [
      (lambda a, b, y: P.div(a, y), lambda a, b, y: P.div(b, y))),
     ("copysign", torch.copysign, FLOATING, "same",
      (lambda a, b, y: _at_zero(a, 0, P.div(y, a)), None)),
-    ("nextafter", torch.nextafter, FLOATING, "same", (lambda a, b, y: 1, None)),
+    ("nextafter", torch.nextafter, FLOATING, "same", VJP(_nextafter_vjp)),
     ("heaviside", torch.heaviside, REAL, "same", TORCH_RAISES),
     ("maximum", _maximum, REAL, "same", VJP(_extremum_vjp("lt"))),
     ("minimum", _minimum, REAL, "same", VJP(_extremum_vjp("gt"))),

@@ -143,8 +143,11 @@ def _extreme_vjp(g, y, a, dims):
 
 
 def _var_vjp(g, y, a, dims, *, correction):
-    """2 (a - mean) / (N - correction) * g; N is the number of reduced elements."""
+    """2 (a - mean) / (N - correction) * g; N is the number of reduced elements. A 0-dim
+    input with N - correction <= 0: NaN, as torch's (its one element is the mean)."""
     n = _count(a, dims)
+    if a.ndim == 0 and n - correction <= 0:
+        return P.mul(to_complex(g, a), math.nan), None
     mean = restore_dims(P.div(P.sum(a, dims), n), a, dims)
     scale = P.mul(to_complex(g, a), 2 / (n - correction) if n != correction else math.inf)
     return P.mul(restore_dims(scale, a, dims), P.sub(a, mean)), None

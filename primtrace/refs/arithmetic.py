@@ -127,7 +127,9 @@ def floor_divide(input, other):
     true_quotient = prims.div(a, b)
     zero = to_tensor(0.0, a.dtype, a.device)
     floor = prims.where(prims.ne(div, 0), floor, prims.copysign(zero, true_quotient))
-    return iterator_layout(prims.where(prims.eq(b, 0), true_quotient, floor), a, b)
+    # trunc changes no value (each is an integer, +-inf or nan); its zero derivative makes the
+    # gradient zeros, as eager's formula (through the true quotient it was g / 0 where b is 0)
+    return iterator_layout(prims.trunc(prims.where(prims.eq(b, 0), true_quotient, floor)), a, b)
 
 
 @ref(inplace=True, aliases=("divide",))

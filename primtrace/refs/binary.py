@@ -14,7 +14,8 @@ from primtrace.refs import arithmetic
 from primtrace.refs.checks import not_both_numbers, without_complex32
 from primtrace.refs.core import iterator_layout
 from primtrace.refs.core import (broadcast, broadcast_shapes, elementwise, exact_add, exact_sub,
-                                 exports, is_tensor, maybe_convert, ref, to_tensor)
+                                 exports, is_tensor, maybe_convert, ref, to_tensor,
+                                 with_gradient)
 from primtrace.refs.out import copy_to_out
 from primtrace.refs.promotion import DEFAULT, INT_TO_FLOAT, NO_OPMATH
 
@@ -77,7 +78,18 @@ def xlogy(input, other):
     x, y = _as_tensors(input, other)
     _no_complex_kernel("xlogy", x)
     product = prims.where(prims.eq(x, 0), 0.0, prims.mul(x, prims.log(y)))
-    return iterator_layout(prims.where(prims.isnan(y), math.nan, product), x, y)
+    value = prims.where(prims.isnan(y), math.nan, product)
+
+    def pieces():
+        # eager's rule: g * log(y) to x but 0 where x == 0 and y <= 0, g * x / y to y (the
+        # zero branch stopped x's: log(2) where x is 0); each product reads safe operands
+        # where the other piece holds (0 * log(0) would be NaN)
+        edge = prims.bitwise_and(prims.eq(x, 0), prims.le(y, 0))
+        inside = prims.mul(x, prims.log(prims.where(edge, 1, y)))
+        at_edge = prims.mul(with_gradient(prims.where(edge, x, 0)),
+                            prims.log(prims.where(edge, y, 1)))
+        return [(prims.bitwise_not(edge), inside), (edge, at_edge)]
+    return iterator_layout(with_gradient(value, pieces), x, y)
 
 
 @elementwise(DEFAULT, ("input", "other"), scalars=(), checks=[without_complex32("logaddexp_cpu")])

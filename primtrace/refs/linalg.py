@@ -61,7 +61,9 @@ def p_norm(x, dims, p, result):
     if p in (math.inf, -math.inf):
         y = _extreme_norm(prims.amax(a, dims) if p > 0 else prims.amin(a, dims), a, dims)
     elif p == 0:
-        y = prims.sum(maybe_convert(prims.ne(a, 0), a.dtype), dims)
+        # the count of nonzeros, as 1 or a * 0 per element: eager's result requires grad
+        # (its gradient is zeros), so this one reads `a` on a differentiable path
+        y = prims.sum(prims.where(prims.ne(a, 0), 1, prims.mul(a, 0)), dims)
     elif p == 1:
         y = prims.sum(a, dims)
     elif p == 2:

@@ -210,8 +210,9 @@ def _var(input, dims, correction, *, root):
     float32 and round once."""
     result = dtypes.to_real(input.dtype)
     y = prims.var(maybe_convert(input, _computation(input.dtype)), dims, correction=correction)
-    if root:
-        y = prims.sqrt(y)
+    if root:   # sqrt computed at 1 where the variance is 0: eager's std gradient is 0 there
+        zero = prims.eq(y, 0)
+        y = prims.where(zero, 0, prims.sqrt(prims.where(zero, 1, y)))
     return maybe_convert(y, result)
 
 

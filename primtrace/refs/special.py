@@ -13,7 +13,7 @@ from primtrace import prims
 from primtrace.refs import binary, unary
 from primtrace.refs.checks import (no_low_precision, not_both_numbers, not_implemented,
                                    same_dtype_out)
-from primtrace.refs.core import elementwise, exports, ref
+from primtrace.refs.core import elementwise, exports, ref, with_gradient
 from primtrace.refs.nn import functional
 from primtrace.refs.promotion import DEFAULT, INT_TO_FLOAT
 from primtrace.refs.unary import round_decimals, unary_ref
@@ -99,10 +99,20 @@ def ndtr(input):
 
 @elementwise(INT_TO_FLOAT, ("input",), module=MODULE)
 def entr(input):
-    """-x log(x) for x > 0 (NaN stays NaN), 0 at 0, -inf below 0."""
-    return prims.where(prims.lt(input, 0), -math.inf,
-                       prims.where(prims.eq(input, 0), 0,
-                                   prims.mul(prims.neg(input), prims.log(input))))
+    """-x log(x) for x > 0 (NaN stays NaN), 0 at 0, -inf below 0. Differentiated as eager's
+    -(1 + log(x)) * g: +inf at 0 and -inf at inf, where the product rule gives 0 * inf."""
+    x = input
+    zero, inf = prims.eq(x, 0), prims.eq(x, math.inf)
+    value = prims.where(prims.lt(x, 0), -math.inf,
+                        prims.where(zero, 0, prims.mul(prims.neg(x), prims.log(x))))
+
+    def pieces():
+        edge = prims.bitwise_or(zero, inf)
+        safe = prims.where(edge, 1, x)   # the product's derivative finite where it is unused
+        slope = prims.where(zero, math.inf, prims.where(inf, -math.inf, prims.mul(safe, 0)))
+        return [(edge, prims.mul(x, slope)),
+                (prims.bitwise_not(edge), prims.mul(prims.neg(safe), prims.log(safe)))]
+    return with_gradient(value, pieces)
 
 
 # --- torch.special's softmax names: dim required; softmax's dtype may come third (F's third

@@ -55,9 +55,13 @@ def lerp(input, end, weight):
         raise not_implemented("lerp_kernel_tensor", input.dtype)
     w = weight if is_tensor(weight) else to_tensor(weight, input.dtype, input.device)
     diff = exact_sub(end, input)
-    from_start = exact_add(input, prims.mul(w, diff))
-    from_end = exact_sub(end, prims.mul(diff, exact_sub(to_tensor(1, w.dtype, w.device), w)))
-    return prims.where(prims.lt(prims.abs(w), 0.5), from_start, from_end)
+    # from the start, input + w * diff; from the end, end - diff * (1 - w), written
+    # end + (w - 1) * diff (the same values: negation is exact): one product, so its
+    # gradient is never 0 * inf from the other branch (end or input infinite)
+    near_start = prims.lt(prims.abs(w), 0.5)
+    base = prims.where(near_start, input, end)
+    t = prims.where(near_start, w, exact_sub(w, to_tensor(1, w.dtype, w.device)))
+    return exact_add(base, prims.mul(t, diff))
 
 
 # --- addcmul, addcdiv ----------------------------------------------------------------------------

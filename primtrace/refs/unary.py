@@ -398,7 +398,8 @@ def mvlgamma(input, p):
     float64 result, so at least as close to it as eager's.
     """
     x = prims.convert_element_type(input, torch.float64) if input.dtype is torch.float32 else input
-    total = prims.lgamma(x)
+    total = prims.lgamma(prims.add(x, 0.0))   # -0.0 as +0.0: eager's derivative (its arange
+    # of offsets added to x) is digamma(+0) = -inf there, lgamma's own digamma(-0) = +inf
     for j in range(1, operator.index(p)):  # a runtime p is specialized: it makes the trace
         total = prims.add(total, prims.lgamma(prims.sub(x, j / 2)))
     return prims.add(total, p * (p - 1) / 4 * math.log(math.pi))

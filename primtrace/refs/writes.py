@@ -180,8 +180,15 @@ def fill(input, value):
     _fill_value("fill", value)
     if is_tensor(value):
         new = like("fill", input, 0, None, None)
-        return prims.copy_to(new, cast_like_copy(value, input.dtype))
-    return like("fill", input, value, None, None)
+        filled = prims.copy_to(new, cast_like_copy(value, input.dtype))
+    else:
+        filled = like("fill", input, value, None, None)
+    if not (input.dtype.is_floating_point or input.dtype.is_complex):
+        return filled
+    # eager's result requires grad as input does (its gradient is zeros): the values are
+    # chosen from input's, every one the filled value
+    everywhere = prims.full(tuple(input.shape), True, dtype=torch.bool, device=input.device)
+    return prims.where(everywhere, filled, input)
 
 
 __all__ = exports(globals())

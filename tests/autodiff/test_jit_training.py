@@ -320,6 +320,17 @@ def test_an_input_eager_reaches_gets_zeros_not_none():
     torch.testing.assert_close(got[:2], want[:2])
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_backward_rounds_once(dtype):
+    """The rules of half-dtype elementwise prims and broadcasts run in float32 and round
+    once: w's gradient is sum(g * x) over the rows in float32, rounded (not each product
+    rounded, then summed in the half dtype)."""
+    torch.manual_seed(0)
+    x = torch.randn(64, 8, dtype=dtype)
+    w = torch.randn(8, dtype=dtype, requires_grad=True)
+    g = torch.randn(64, 8, dtype=dtype)
+    (got,) = torch.autograd.grad(primtrace.jit(lambda x, w: x * w)(x, w), w, g)
+    assert torch.equal(got, (g.float() * x.float()).sum(0).to(dtype))
 def test_create_graph_keeps_eager_tie_conventions():
     """The replay runs prims with torch's autograd: differentiate_as's torch implementation
     follows its rule (relu at exactly 0 gives 0, not half)."""

@@ -453,3 +453,56 @@ def test_square_rule_is_two_x_without_pow():
     jfn(x).sum().backward()
     backward = primtrace.last_trace(jfn).tags["backward"][0]
     assert not any(n.symbol.name == "pow" for n in backward.nodes), backward
+
+
+_NAN = float("nan")
+EDGES = [   # prim, its arguments, the torch function whose autograd gives the cotangents
+    ("nextafter", (torch.tensor([-1.0, 2.0, -math.inf, 1.0], dtype=F64),
+                   torch.tensor([-1.0, 3.0, -math.inf, _NAN], dtype=F64)), torch.nextafter),
+    ("maximum", (torch.tensor([_NAN, 1.0, 2.0, 3.0], dtype=F64),
+                 torch.tensor([1.0, _NAN, 2.0, 1.0], dtype=F64)), torch.maximum),
+    ("minimum", (torch.tensor([_NAN, 1.0, 2.0, 3.0], dtype=F64),
+                 torch.tensor([1.0, _NAN, 2.0, 1.0], dtype=F64)), torch.minimum),
+    # a / b rounds up to an integer: -(a // b) is 249, floor(a / b) 250
+    ("remainder", (torch.tensor([-0.25, 0.25, 7.0, 1e30], dtype=F64),
+                   torch.tensor([-1e-3, 1e-3, 0.1, 3e-8], dtype=F64)), torch.remainder),
+    ("amax", (torch.tensor([[_NAN, 1.0, 2.0], [1.0, 3.0, 3.0]], dtype=F64), (1,)),
+     lambda a, dims: torch.amax(a, dims)),
+    # g / a: 1 / a overflows float32 at the smallest denormal
+    ("log", (torch.tensor([2.0 ** -128, 1e-45, 1.0], dtype=torch.float32),), torch.log),
+    # 1/2 where |a| <= eps, NaN included, as torch's
+    ("i1", (torch.tensor([_NAN, 1e-20, 0.0, 1.5], dtype=F64),), torch.special.i1),
+    ("i1e", (torch.tensor([_NAN, -1e-20, 0.0, 1.5], dtype=F64),), torch.special.i1e),
+]
+
+
+@pytest.mark.parametrize("name,args,fn", EDGES, ids=[e[0] for e in EDGES])
+def test_rules_match_torch_at_edges(name, args, fn):
+    """Where the derivative is a convention (NaN operands, ties, a quotient rounded to an
+    integer), the rule's cotangents are torch autograd's, NaN where its are."""
+    prim = prims.ALL_PRIMS[name]
+    y = prim(*args)
+    g = rand(*y.shape).to(y.dtype)
+    got = vjp(prim, g, y, args, {})
+    leaves = [a.clone().requires_grad_() if isinstance(a, torch.Tensor) else a for a in args]
+    tensors = [t for t in leaves if isinstance(t, torch.Tensor)]
+    want = torch.autograd.grad(fn(*leaves), tensors, g, allow_unused=True)
+    for ours, theirs in zip(got, want):
+        if ours is None or theirs is None:   # none is zeros (backward_trace makes them)
+            assert not bool((theirs if ours is None else ours).any())
+        else:
+            torch.testing.assert_close(ours, theirs, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shapes", [((2, 3, 4), (4, 5)), ((3, 4), (2, 4, 5)), ((4,), (2, 4, 5))])
+def test_half_matmul_sums_its_batch_once(shapes, dtype):
+    """A matrix against a batch: its cotangent is one product over the batch's rows (or the
+    products summed in float32), rounded once, not per-batch products rounded then summed."""
+    a, b = rand(*shapes[0]).to(dtype), rand(*shapes[1]).to(dtype)
+    y = prims.matmul(a, b)
+    g = rand(*y.shape).to(dtype)
+    got = vjp(prims.matmul, g, y, (a, b), {})
+    want = vjp(prims.matmul, g.float(), y.float(), (a.float(), b.float()), {})
+    for ours, wide in zip(got, want):
+        torch.testing.assert_close(ours, wide.to(dtype), rtol=0, atol=0)

@@ -228,14 +228,26 @@ def gelu(input, *, approximate="none"):
 @activation(DEFAULT, checks=[dispatch("silu_cpu", (*FLOATS, *dtypes.COMPLEXES))],
             writes="input")
 def silu(input):
-    """x * sigmoid(x), as eager computes it: x / (1 + exp(-x))."""
-    return prims.div(input, prims.add(prims.exp(prims.neg(input)), 1))
+    """x * sigmoid(x), as eager computes it: x / (1 + exp(-x)). Where exp(-x) overflows (x
+    finite) the quotient is x / inf, computed so: exp's gradient there would be
+    0 * inf = NaN (eager's is 0)."""
+    if input.dtype.is_complex:
+        return prims.div(input, prims.add(prims.exp(prims.neg(input)), 1))
+    overflows = prims.bitwise_and(prims.gt(prims.neg(input), math.log(torch.finfo(input.dtype).max)),
+                                  prims.ne(input, -math.inf))   # -inf: NaN, as eager's
+    safe = prims.where(overflows, 0, input)
+    quotient = prims.div(input, prims.add(prims.exp(prims.neg(safe)), 1))
+    return prims.where(overflows, prims.div(input, math.inf), quotient)
 
 
 @activation(DEFAULT, checks=[dispatch("mish_cpu", FLOATS)], writes="input")
 def mish(input):
-    """x * tanh(softplus(x)), softplus as log1p(exp(x)) (no threshold)."""
-    return prims.mul(input, prims.tanh(prims.log1p(prims.exp(input))))
+    """x * tanh(softplus(x)), softplus as log1p(exp(x)) (no threshold). Above 20 (finite) tanh
+    of it is 1 in float32 and float64, so the exponential is computed at 20 there: the same
+    values, and no 0 * exp(overflow) = NaN in the gradient."""
+    capped = prims.where(prims.bitwise_and(prims.gt(input, 20), prims.ne(input, math.inf)), 20,
+                         input)   # inf: NaN, as eager's
+    return prims.mul(input, prims.tanh(prims.log1p(prims.exp(capped))))
 
 
 @activation(DEFAULT, numbers={"beta": COMPUTATION, "threshold": COMPUTATION},
@@ -246,7 +258,14 @@ def softplus(input, beta=1, threshold=20):
     linear = prims.gt(scaled, threshold)
     # the exponential reads 0 where the result is x: exp(inf)'s zero cotangent would be NaN
     smooth = prims.div(prims.log1p(prims.exp(prims.where(linear, 0, scaled))), beta)
-    return prims.where(linear, input, smooth)
+    value = prims.where(linear, input, smooth)
+    if beta != 0:
+        return value
+    # beta == 0: the value is log(2) / 0, and eager's gradient g * sigmoid(x * 0), g / 2 (NaN
+    # where x is not finite); the chain rule through the division by 0 gives 0 * inf = NaN
+    half = prims.add(prims.mul(input, 0), 0.5)
+    return with_gradient(value, lambda: [(linear, input),
+                                         (prims.bitwise_not(linear), prims.mul(input, half))])
 
 
 @activation(DEFAULT, name="log_sigmoid", checks=[  # F.logsigmoid is the C++ log_sigmoid
