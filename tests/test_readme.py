@@ -91,7 +91,7 @@ def test_the_setup_commands_name_what_exists():
     commands = _lines(first)
     assert commands == [
         "bash scripts/setup.sh && .venv/bin/python examples/quickstart.py",
-        "bash scripts/setup.sh && .venv/bin/python -m pytest -q -p no:cacheprovider tests",
+        "bash scripts/setup.sh && .venv/bin/python -m pytest -q -p no:cacheprovider -n 2 tests",
     ]
     assert (ROOT / "scripts" / "setup.sh").is_file() and (ROOT / "examples" / "quickstart.py").is_file()
     assert commands[1] in (ROOT / ".ci" / "run").read_text()   # what CI runs, verbatim

@@ -21,6 +21,7 @@ differentiates that.
 """
 from __future__ import annotations
 
+import sys
 import weakref
 from typing import Callable
 
@@ -211,7 +212,23 @@ class _TracedFunction(torch.autograd.Function):
         tensors, numbers = iter(ctx.saved_tensors), iter(ctx.numbers)
         saved = [next(tensors) if is_tensor else next(numbers) for is_tensor in plan.saved_kinds]
         cotangents = [_laid_out(grads[i], strides) for i, strides in plan.cotangents]
-        return (None, None, *plan.backward(*saved, *cotangents))
+        return (None, None, *_outside_dynamo(plan.backward, (*saved, *cotangents)))
+
+
+_dynamo_disabled = None
+
+
+def _outside_dynamo(fn, args):
+    """fn(*args), never compiled by Dynamo: a backward that a torch.compile'd function starts
+    (``loss.backward()`` inside it) runs with Dynamo's frame hook on, which would trace the
+    generated code and its kernels' launchers (and crashed doing so)."""
+    global _dynamo_disabled
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is None:   # never imported: nothing hooks frames
+        return fn(*args)
+    if _dynamo_disabled is None:
+        _dynamo_disabled = dynamo.disable(lambda f, a: f(*a), recursive=True)
+    return _dynamo_disabled(fn, args)
 
 
 def _laid_out(g: _Tensor, strides: tuple) -> _Tensor:
