@@ -50,7 +50,8 @@ from primtrace.ir.trace import Trace, current_trace
 from primtrace.ir.size_guards import GuardSet
 from primtrace.recompiles import Change, Recompile, RecompileLog, miss_changes
 from primtrace.tracer import dynamic
-from primtrace.tracer.capture import TracingError, acquire, to_prims
+from primtrace.tracer.capture import TracingError, acquire
+from primtrace.tracer.prims_stage import to_prims
 from primtrace.tracer.inputs import _positional_names, cache_key
 from primtrace.tracer.passes import optimize
 

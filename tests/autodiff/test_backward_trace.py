@@ -240,7 +240,7 @@ def test_a_trace_of_calls_kept_for_eager_autograd():
     keyword); each goes through torch's autograd in the backward."""
     x, r, w, b = (torch.randn(*s, dtype=torch.float64, requires_grad=True)
                   for s in ((4, 8), (4, 8), (8,), (8,)))
-    from primtrace.tracer.capture import to_prims
+    from primtrace.tracer.prims_stage import to_prims
     forward = to_prims(primtrace.trace(layer_norm_gelu)(x, r, w, b))   # jit's fallback's
     assert {n.symbol.kind for n in forward.nodes} == {"opaque"}
     bw = backward_trace(forward)
