@@ -41,6 +41,7 @@ import torch
 
 from primtrace.autodiff.function import Fallback, Plan, split, wanted_inputs
 from primtrace.executors import TORCH, Executor, default_executors
+from primtrace.executors.base import FusionExecutor
 from primtrace.executors.buffer_reuse import reuse_buffers
 from primtrace.executors.execution_trace import lower
 from primtrace.executors.trace_to_python import compile_trace
@@ -179,9 +180,32 @@ def build(fn, args: tuple, kwargs: dict, executors: list[Executor], options: dic
     lowered = stop in (None, "execution")
     traces += _finish(prims, executors, options, lowered)
     if backward is not None:
-        traces[-1].tags["backward"] = [backward.trace,
-                                       *_finish(backward.trace, executors, options, lowered)]
+        backward_traces = [backward.trace, *_finish(backward.trace, executors, options, lowered)]
+        if lowered and _has_fusion(executors) and not _fuses(traces[-1]) \
+                and not _fuses(backward_traces[-1]):
+            return [acquisition, *_calls_for_autograd(acquisition, executors, options)]
+        traces[-1].tags["backward"] = backward_traces
     return traces
+
+
+def _has_fusion(executors) -> bool:
+    return any(isinstance(e, FusionExecutor) for e in executors)
+
+
+def _fuses(execution: Trace) -> bool:
+    return any(n.symbol.kind is SymbolKind.FUSED for n in execution.nodes)
+
+
+def _calls_for_autograd(acquisition: Trace, executors, options) -> list[Trace]:
+    """[prims, optimized, execution] where the calls the code made run with torch's autograd:
+    used where neither the forward nor the backward fuses a region (on a GPU, where the cost
+    model leaves small or reducing prims to torch), since their prims, one torch call each,
+    run more kernels than those calls and torch's backward (W13's step on an H200: 3.4x)."""
+    prims = to_prims(acquisition)
+    prims.tags["notes"] = [*prims.tags.get("notes", ()),
+                           "nothing fuses in the forward or backward: autograd runs torch's calls"]
+    prims.tags["unfused_training"] = True
+    return [prims, *_finish(prims, executors, options)]
 
 
 def _differentiated(acquisition: Trace, policy: str):

@@ -160,7 +160,7 @@ def test_a_call_kept_whole_after_cse_merged_its_prims_into_another_call():
 
 
 def test_the_gpu_rule_fuses_only_large_float_elementwise_prims():
-    """cost.fuse_on_gpu (measured on an H100): reductions never, half dtypes never, float32
+    """cost.fuse_on_gpu (measured on an H100 and an H200): reductions never, half dtypes never, float32
     elementwise prims from 2^26 elements (the proxies' device does not matter to the rule)."""
     from primtrace.executors.numba import cost
 

@@ -221,17 +221,18 @@ def fuse_row_call(region: Region) -> bool:
 
 
 #: on a GPU, prims with outputs smaller than this run in torch: a numba.cuda launch from
-#: Python costs ~0.1 ms (W2-like `2 * a + 3 * b` at 16 elements: 114 us, eager 24 us), more
-#: than fusion saves below ~2^26 elements. Measured on an H100 (torch 2.11, numba-cuda), f32:
-#: gelu(a + b) 2.09x eager at 2^23 and 0.67-0.71x at 2^26, 2a + 3b 1.31x and 0.47x. bfloat16
-#: at 2^26: gelu(a + b) 1.00-1.33x, 2a + 3b 0.67-0.79x: half dtypes do not fuse on a GPU
+#: Python costs ~0.1-0.2 ms of CPU time, more than fusion saves below ~2^26 elements.
+#: Measured on an H200 (2026-11-28, torch 2.11, numba-cuda 0.30.4; README "On a GPU"),
+#: fused / eager as latency | throughput: f32 at 2^26 2a + 3b 0.75 | 0.51, gelu(a + b)
+#: 1.38 | 0.77, silu(a) * b 1.61 | 0.96; bf16/f16 at 2^26 1.24-2.34 | 0.77-1.65, so half
+#: dtypes do not fuse; at 2^23 every case 2.2-8.6 | 2.1-11.7
 CUDA_MIN_ELEMENTS = 1 << 26
 
 
 def fuse_on_gpu(node) -> bool:
     """Whether a prim on a CUDA tensor may join a fused kernel. Never a reduction: the row
-    kernels (one block per row) measured 2.4-3.9x eager's softmax and layer_norm on an H100
-    at 65536 x 1024, f32 and bf16; elementwise prims from CUDA_MIN_ELEMENTS outputs on."""
+    kernels (one block per row) measured 2.1-5.9x eager's softmax, layer_norm and sums on an
+    H200 at 65536 x 1024, f32, bf16 and f16; elementwise prims from CUDA_MIN_ELEMENTS on."""
     from primtrace.executors.numba.reduction_plan import is_reduction
     if is_reduction(node):
         return False
