@@ -3,6 +3,7 @@ standard library's (for error messages, source comments, and the frames whose gl
 trace reads)."""
 from __future__ import annotations
 
+import functools
 import linecache
 import os
 import sys
@@ -20,7 +21,16 @@ _INTERNAL = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.se
 _STDLIB = _dir(os)
 
 
+@functools.lru_cache(maxsize=8192)
+def _normalized(filename: str) -> str:
+    """`filename` as an absolute, normalized path: a module imported through a sys.path entry
+    like "/repo/." or "src/../src" has such a __file__ and co_filename, which the prefixes
+    above (normalized) would not match."""
+    return filename if filename.startswith("<") else os.path.abspath(filename)
+
+
 def is_internal(filename: str) -> bool:
+    filename = _normalized(filename)
     return filename.startswith(_INTERNAL) or (
         filename.startswith(_STDLIB) and "site-packages" not in filename)
 
@@ -31,6 +41,7 @@ def is_library(filename: str) -> bool:
     supported)."""
     if filename.startswith("<"):   # exec'd code, frozen modules (but not an interpreter's)
         return not filename.startswith(("<stdin>", "<ipython"))
+    filename = _normalized(filename)
     return (filename.startswith(_INTERNAL) or filename.startswith(_STDLIB)
             or "site-packages" in filename or "dist-packages" in filename)
 

@@ -411,3 +411,28 @@ def test_a_write_too_deep_to_see_is_an_error_naming_where_it_was_left():
         inner = getattr(inner, name)
     with pytest.raises(TracingError, match=r"left in .*\.h while tracing"):
         primtrace.jit(f)(torch.ones(2), box)
+
+
+def test_primtrace_imported_through_an_unnormalized_sys_path_entry(tmp_path):
+    """A sys.path entry like "/repo/." gives primtrace's modules such filenames: they are
+    still primtrace's own code (not the user's, whose globals the state guard reads)."""
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    script = tmp_path / "prog.py"
+    script.write_text(
+        f"import sys\nsys.path.insert(0, {root + os.sep + '.'!r})\n"
+        "import torch, primtrace\n"
+        "assert '/./' in primtrace.__file__\n"
+        "scale = 2.0\n"
+        "def f(x):\n    return x * scale\n"
+        "jf = primtrace.jit(f)\n"
+        "assert jf(torch.ones(2)).tolist() == [2.0, 2.0]\n"
+        "scale = 3.0\n"
+        "assert jf(torch.ones(2)).tolist() == [3.0, 3.0]\n"
+        "print('ok')\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          env=env, cwd=str(tmp_path), timeout=300)
+    assert done.stdout.strip() == "ok", done.stderr[-2000:]
