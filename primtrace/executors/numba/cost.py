@@ -21,12 +21,12 @@ with ``benchmarks/single_ops.py`` (65 single ops fused vs eager) and ``benchmark
 """
 from __future__ import annotations
 
-import math
 
 import torch
 
 from primtrace.executors.base import Region
 from primtrace.executors.numba.backends import cpu
+from primtrace.executors.numba.symbolic_sizes import hint, hint_numel
 from primtrace.ir.proxy import TensorProxy
 from primtrace.ir.tree import proxies_in
 
@@ -91,8 +91,13 @@ def slow_on_cpu(name: str, dtype) -> bool:
     return name in SLOW_PRIMS and dtype.is_floating_point
 
 
+def _numel(p) -> int:
+    """Elements of `p` (at the trace's hints where sizes are symbolic: speed decisions)."""
+    return hint_numel(p.shape)
+
+
 def _bytes(tensors) -> int:
-    return sum(p.numel() * p.dtype.itemsize for p in tensors)
+    return sum(_numel(p) * p.dtype.itemsize for p in tensors)
 
 
 def fuse_single_call(region: Region) -> bool:
@@ -116,11 +121,11 @@ def fuse_single_call(region: Region) -> bool:
         return True
     prims = {n.symbol.name for n in region.nodes}
     if outputs and any(_strided_inner(p, outputs[0]) for p in region.inputs):   # tiled
-        return (max(p.numel() for p in outputs) >= TILED_MIN_ELEMENTS and name not in SLOWER_CALLS
+        return (max(_numel(p) for p in outputs) >= TILED_MIN_ELEMENTS and name not in SLOWER_CALLS
                 and not prims & SLOWER_HALF_MATH.get(dtype, set()))
     if dtype in SLOWER_HALF_MATH:
         return (not prims & SLOWER_HALF_MATH[dtype]
-                and max(p.numel() for p in outputs) >= MIN_HALF_ELEMENTS)
+                and max(_numel(p) for p in outputs) >= MIN_HALF_ELEMENTS)
     return name not in SLOWER_CALLS and bool(prims & FASTER_MATH)
 
 
@@ -135,7 +140,7 @@ def small_beside(left, fused) -> bool:
     (cross_entropy over (4096, 8192) f32: a 4096-element gather and a row kernel writing one
     loss per row, 0.15-0.19x eager, where the whole call is 1.0x)."""
     def largest(nodes):
-        return max((p.numel() for n in nodes for p in n.output_proxies
+        return max((_numel(p) for n in nodes for p in n.output_proxies
                     if isinstance(p, TensorProxy)), default=0)
     from primtrace.executors.numba.reduction_plan import is_reduction
     if any(is_reduction(n) for n in left):   # small output, but it reads its whole input
@@ -155,7 +160,7 @@ def call_left_to_torch(nodes) -> bool:
         return True
     return (dtype is torch.float16
             and any(_strided_inner(p, outputs[0]) for p in proxies_in(call.args))
-            and max((p.numel() for p in outputs), default=0) < TILED_MIN_ELEMENTS
+            and max((_numel(p) for p in outputs), default=0) < TILED_MIN_ELEMENTS
             and not cpu.advised(_bytes(outputs)))
 
 
@@ -166,12 +171,12 @@ def _strided_inner(p, out) -> bool:
     not: the loop walks its channels."""
     if not (isinstance(p, TensorProxy) and isinstance(out, TensorProxy)) or p.ndim > out.ndim:
         return False
-    dims = [d for d in range(out.ndim) if out.shape[d] > 1]
+    dims = [d for d in range(out.ndim) if hint(out.shape[d]) > 1]
     if not dims:
         return False
     inner = min(dims, key=lambda d: (out.stride()[d], -d))
     d = inner - (out.ndim - p.ndim)   # broadcasting aligns trailing dims
-    return d >= 0 and p.shape[d] > 1 and p.stride()[d] not in (0, 1)
+    return d >= 0 and hint(p.shape[d]) > 1 and p.stride()[d] not in (0, 1)
 
 
 def _reduction_inputs(nodes):
@@ -194,14 +199,14 @@ def reductions_fuse(nodes) -> bool:
     if not reductions:
         return True
     for a, dims, _ in reductions:
-        rows = math.prod(a.shape[:a.ndim - len(dims)])
-        if rows < MIN_ROWS and a.numel() > SMALL_ELEMENTS:
+        rows = hint_numel(a.shape[:a.ndim - len(dims)])
+        if rows < MIN_ROWS and _numel(a) > SMALL_ELEMENTS:
             return False
     produced = {p.name for n in nodes for p in n.output_proxies}
     for n in nodes:
         for p in n.inputs:
             if (isinstance(p, TensorProxy) and p.name not in produced and p.ndim > 0
-                    and p.shape[-1] > 1 and p.stride()[-1] != 1):
+                    and hint(p.shape[-1]) > 1 and p.stride()[-1] != 1):
                 return False
     return True
 
@@ -210,7 +215,7 @@ def fuse_row_call(region: Region) -> bool:
     """Whether the row kernel of one torch call with reductions beats eager's call."""
     call = region.nodes[0].origin
     name = call.symbol.name if call is not None else None
-    sizes = [a.numel() for a, _, _ in _reduction_inputs(region.nodes)]
+    sizes = [_numel(a) for a, _, _ in _reduction_inputs(region.nodes)]
     numel = max(sizes, default=0)
     if name in ("layer_norm", "rms_norm"):
         return True
@@ -239,4 +244,4 @@ def fuse_on_gpu(node) -> bool:
     tensors = [p for p in node.output_proxies if isinstance(p, TensorProxy)]
     if any(p.dtype in (torch.float16, torch.bfloat16) for p in tensors):
         return False
-    return max((p.numel() for p in tensors), default=0) >= CUDA_MIN_ELEMENTS
+    return max((_numel(p) for p in tensors), default=0) >= CUDA_MIN_ELEMENTS

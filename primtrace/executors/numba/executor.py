@@ -25,7 +25,6 @@ rejects as a whole stays unfused, and ``compile`` renders the plan the partition
 """
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 
@@ -37,7 +36,8 @@ from primtrace.executors.numba import plan as kernel_plan
 from primtrace.executors.numba import reduction_plan
 from primtrace.executors.numba.plan import NotFusible, Plan, is_number, node_args
 from primtrace.executors.numba.registers import NUMBER_DTYPE, supported
-from primtrace.ir.proxy import NumberProxy, TensorProxy, symbolic_tensor
+from primtrace.executors.numba.symbolic_sizes import fusible_sizes, hint_numel, is_symbolic
+from primtrace.ir.proxy import NumberProxy, SizeProxy, TensorProxy, symbolic_tensor
 from primtrace.ir.symbol import SymbolKind
 from primtrace.ir.trace import Node, Trace
 from primtrace.ir.tree import proxies_in
@@ -88,8 +88,10 @@ class NumbaFusionExecutor(FusionExecutor):
         """Whether `node` is a prim with a row in the op table (ops.py) that the backend for
         its device lowers on its dtype, with arguments a kernel can take."""
         sym = node.symbol
-        if any(symbolic_tensor(p) for p in proxies_in((node.args, node.kwargs, node.outputs))):
-            return False   # a size known only at run time: kernels are built for fixed shapes
+        proxies = proxies_in((node.args, node.kwargs, node.outputs))
+        if any(symbolic_tensor(p) or isinstance(p, SizeProxy) for p in proxies) and not \
+                self._symbolic_ok(node, proxies):
+            return False
         if self.cost_model and _device_type(node) == "cuda":
             from primtrace.executors.numba import cost
             if not cost.fuse_on_gpu(node):
@@ -130,6 +132,19 @@ class NumbaFusionExecutor(FusionExecutor):
             if cost.slow_on_cpu(sym.name, tensors[0].dtype):
                 return False
         return ops.lowerable(self._backend(device), sym.name, tensors[0].dtype, len(args))
+
+    def _symbolic_ok(self, node: Node, proxies) -> bool:
+        """Sizes known only at run time: an elementwise prim of a CPU kernel whose launcher
+        reads them (symbolic_sizes.py), not a row kernel's reduction, nor a count that
+        data decides (x[mask]'s rows)."""
+        if not fusible_sizes(proxies) or self._backend_for(_device_type(node) or "cpu") != "cpu":
+            return False
+        if node.symbol.name not in reduction_plan.REDUCTIONS:
+            return True
+        a, dims, _ = reduction_plan.reduction_args(node)   # rows symbolic, reduced dims not
+        return (isinstance(a, TensorProxy) and isinstance(dims, tuple)
+                and not any(is_symbolic(a.shape[d]) for d in dims if 0 <= d < a.ndim)
+                and not reduction_plan.is_column(node))
 
     def _reduction_ok(self, node: Node) -> bool:
         """A reduction over trailing dims fuses into a row kernel (reduction_plan.py)."""
@@ -251,7 +266,7 @@ class NumbaFusionExecutor(FusionExecutor):
             return True
 
         def small(i) -> bool:
-            return all(math.prod(p.shape) <= ORDER_MERGE_MAX_ELEMENTS
+            return all(hint_numel(p.shape) <= ORDER_MERGE_MAX_ELEMENTS
                        for p in nodes[i].output_proxies if isinstance(p, TensorProxy))
 
         changed = True
@@ -304,7 +319,8 @@ class NumbaFusionExecutor(FusionExecutor):
         gather of one value per row after its log_softmax)."""
         if not self.cost_model:   # on a GPU too: prims that do not fuse run as the call
             return True
-        if any(symbolic_tensor(p) for n in nodes for p in (*n.inputs, *n.output_proxies)):
+        if any(symbolic_tensor(p) and not fusible_sizes([p])
+               for n in nodes for p in (*n.inputs, *n.output_proxies)):
             return False   # nothing of a data-dependent size fuses: the call runs whole
         from primtrace.executors.numba import cost
         computing = [n for n in nodes if n.symbol.kind is SymbolKind.PRIM and any(

@@ -16,7 +16,6 @@ same lines (``kernel_body.py``) in their own loops.
 """
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 
@@ -26,6 +25,7 @@ from primtrace.executors.numba import ops
 from primtrace.executors.numba.ops import Backend
 from primtrace.executors.numba.registers import (DTYPES, NUMBER_DTYPE, Emitter, category, convert,
                                                  half_source, supported)
+from primtrace.executors.numba.symbolic_sizes import hint_numel, is_one, is_symbolic, same_size
 from primtrace.ir.proxy import NumberProxy, Proxy, TensorProxy, is_real_tensor
 
 
@@ -101,7 +101,8 @@ class Plan:
     lines: list = field(default_factory=list)
     zero_division: list = field(default_factory=list)  # divisor registers to check
     sizes: tuple = ()         # after layout: coalesced sizes, outermost first
-    numel: int = 0
+    numel: int = 0            # at the trace's hints where sizes are symbolic (speed only)
+    symbolic: bool = False    # sizes known only at run time (symbolic_sizes.py)
     summary: list = field(default_factory=list)  # "in0 = a: f16[1024]" lines for the header
     returns: list = field(default_factory=list)  # per region output: ("new", k) | ("input", j)
     aliases: list = field(default_factory=list)  # Alias pairs the launcher checks at run time
@@ -201,7 +202,7 @@ class _Analyzer:
         return var
 
     def identity(self, shape) -> tuple:
-        return tuple(d if n != 1 else None for d, n in enumerate(shape))
+        return tuple(None if is_one(n) else d for d, n in enumerate(shape))
 
     # leaves
     def scalar_input(self, proxy, pos) -> Scalar:
@@ -326,7 +327,10 @@ class _Analyzer:
     # structural prims: one method per structural row of the op table
     def broadcast_in_dim(self, args, out_dtype, imap):
         a, shape, dims = args
-        inner = tuple(None if a.shape[i] == 1 else imap[d] for i, d in enumerate(dims))
+        if any(is_symbolic(a.shape[i]) and not same_size(a.shape[i], shape[d])
+               for i, d in enumerate(dims)):
+            raise NotFusible("a symbolic size broadcast (its size 1 at this call's hint)")
+        inner = tuple(None if is_one(a.shape[i]) else imap[d] for i, d in enumerate(dims))
         return self.value(a, inner)
 
     def trivial_sum(self, node, p, imap):
@@ -482,9 +486,12 @@ class _Analyzer:
             plan.summary.append(f"{store.name} = {dst.name}: {dtype_text(dst)}, written in place"
                                 + (f" (as {store.shares.name})" if store.shares else ""))
         fold_store_roundings(plan)
-        plan.numel = math.prod(plan.shape)
+        plan.numel = hint_numel(plan.shape)
+        plan.symbolic = any(is_symbolic(n) for n in plan.shape)
         if plan.numel > 0:
             plan.aliases = self.aliases()
+            if plan.aliases and plan.symbolic:
+                raise NotFusible("an in-place write checked for overlap, over symbolic sizes")
         return plan
 
     # aliasing: what the launcher must check when inputs share memory
@@ -617,7 +624,7 @@ def layout(plan: Plan) -> None:
     that are contiguous for every operand; rewrites `sizes` and every operand's strides."""
     shape = plan.shape
     operands = list(plan.stores) + list(plan.loads)
-    dims = [d for d, n in enumerate(shape) if n != 1]
+    dims = [d for d, n in enumerate(shape) if not is_one(n)]
     # stable sort, outermost first: larger strides of the first store, then the others
     dims.sort(key=lambda d: tuple(-op.strides[d] for op in operands))
     sizes = [shape[d] for d in dims]
@@ -626,7 +633,9 @@ def layout(plan: Plan) -> None:
     i = len(sizes) - 1
     while i > 0:
         outer, inner = i - 1, i
-        if all(s[outer] == s[inner] * sizes[inner] for s in strides):
+        if not is_symbolic(sizes[inner]) and not is_symbolic(sizes[outer]) and all(
+                s[outer] == s[inner] * sizes[inner] for s in strides):   # (arithmetic on a
+            # symbolic size outside a trace would read its value: a guard pinning it)
             sizes[outer] *= sizes[inner]
             for s in strides:
                 s[outer] = s[inner]

@@ -32,6 +32,7 @@ import torch
 from primtrace.executors.numba.plan import Line, Load, NotFusible, Plan, Store, _Analyzer, \
     _iter_strides, dtype_text, node_args
 from primtrace.executors.numba.registers import DTYPES
+from primtrace.executors.numba.symbolic_sizes import hint_numel, is_one, is_symbolic
 from primtrace.ir.proxy import TensorProxy
 from primtrace.ir.symbol import SymbolKind
 
@@ -61,7 +62,7 @@ def is_trivial(node) -> bool:
     return (isinstance(a, TensorProxy) and isinstance(dims, tuple) and bool(dims)
             and isinstance(out, TensorProxy) and out.dtype is a.dtype
             and a.dtype.is_floating_point and not a.dtype.is_complex
-            and all(0 <= d < a.ndim and a.shape[d] == 1 for d in dims))
+            and all(0 <= d < a.ndim and is_one(a.shape[d]) for d in dims))
 
 
 def reduction_args(node):
@@ -460,7 +461,10 @@ class _RowAnalyzer(_Analyzer):
         if any(not inv or self.backend.name == "cuda" for _, inv in plan.zero_division):
             raise NotFusible("an integer division by a per-element value in a row region")
         _fold_store_roundings(plan)
-        plan.numel = math.prod(plan.shape)
+        plan.numel = hint_numel(plan.shape)
+        plan.symbolic = any(is_symbolic(n) for n in plan.shape)
+        if plan.columns and plan.symbolic:
+            raise NotFusible("column sums over a symbolic number of rows")
         if plan.columns:
             plan.nchunks = max(1, min(math.prod(plan.shape[:plan.nrows_dims]), COLUMN_CHUNKS))
         return plan
@@ -497,12 +501,13 @@ def layout(plan: RowPlan) -> None:
     nr = plan.nrows_dims
     groups = []
     for dims in (range(nr), range(nr, len(plan.shape))):
-        dims = [d for d in dims if plan.shape[d] != 1]
+        dims = [d for d in dims if not is_one(plan.shape[d])]
         sizes = [plan.shape[d] for d in dims]
         strides = [[op.strides[d] for d in dims] for op in operands]
         i = len(sizes) - 1
-        while i > 0:
-            if all(s[i - 1] == s[i] * sizes[i] for s in strides):
+        while i > 0:   # (symbolic sizes stay apart: see plan.layout)
+            if not is_symbolic(sizes[i]) and not is_symbolic(sizes[i - 1]) and all(
+                    s[i - 1] == s[i] * sizes[i] for s in strides):
                 sizes[i - 1] *= sizes[i]
                 for s in strides:
                     s[i - 1] = s[i]
@@ -515,7 +520,7 @@ def layout(plan: RowPlan) -> None:
     (rsizes, rstrides), (ksizes, kstrides) = groups
     plan.row_sizes, plan.k_sizes = tuple(rsizes), tuple(ksizes)
     plan.sizes = plan.row_sizes + plan.k_sizes
-    plan.nrows, plan.nk = math.prod(rsizes), math.prod(ksizes)
+    plan.nrows, plan.nk = hint_numel(rsizes), math.prod(ksizes)   # nrows: speed only
     for op, rs, ks in zip(operands, rstrides, kstrides):
         op.strides = tuple(rs) + tuple(ks)
     plan.nrows_dims = len(rsizes)
@@ -570,7 +575,7 @@ def row_group_valid(nodes, leaving_shapes: set, leaving: set = frozenset()) -> b
         if name == "broadcast_in_dim":
             a, _, bdims = node_args(n)
             if tuple(a.shape) not in (rows, kept) or any(
-                    d != i for i, d in enumerate(bdims) if a.shape[i] != 1):
+                    d != i for i, d in enumerate(bdims) if not is_one(a.shape[i])):
                 return False
         derived.update(p.name for p in outs)
     return True

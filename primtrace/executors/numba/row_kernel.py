@@ -12,7 +12,6 @@ in-place writes reach a row region.
 """
 from __future__ import annotations
 
-import math
 
 import torch
 
@@ -23,6 +22,7 @@ from primtrace.executors.numba.plan import Store
 from primtrace.executors.numba.reduction_plan import (RowPlan, analyze, element_offset, operands,
                                                      row_offset_lines, runtime_strides)
 from primtrace.executors.numba.registers import DTYPES
+from primtrace.executors.numba.symbolic_sizes import hint_numel, shape_text, size_text
 
 #: elements per block of a float sum: a float32 partial sum over 256 values (16 lanes of
 #: 16: short enough to be more exact than eager's float32 cascade), a float64 one over 1024
@@ -266,6 +266,17 @@ def choose_variant(plan: RowPlan) -> str:
     return "kernel_parallel" if parallel else "kernel_serial"
 
 
+def _variants(plan: RowPlan, key, module, variant: str, kernel):
+    """cpu._variants for a row kernel over a symbolic number of rows: variant_for(rows, k)."""
+    per_row = work(plan) / max(plan.nrows, 1)
+    choose, kernels = cpu._variants(plan, key, module, variant, kernel)
+
+    def variant_for(nrows: int, nk: int) -> str:
+        parallel = nrows >= 2 and cpu.runs_parallel(nrows * nk, nrows * per_row)
+        return "kernel_parallel" if parallel else "kernel_serial"
+    return variant_for, kernels
+
+
 def launcher_source(plan: RowPlan, region, fn_name: str, variant: str) -> tuple[str, dict]:
     args = [f"i{j}" for j in range(len(region.inputs))]
     env = {"torch": torch, "empty_strided": torch.empty_strided, "huge_pages": cpu.huge_pages}
@@ -277,19 +288,27 @@ def launcher_source(plan: RowPlan, region, fn_name: str, variant: str) -> tuple[
             lines.append(f"    o{s.output} = torch.zeros({tuple(p.shape)!r}, "
                          f"dtype=torch.{str(p.dtype)[6:]}, device={str(p.device)!r})")
             continue
-        alloc = (f"empty_strided({tuple(p.shape)!r}, {tuple(p.stride())!r}, "
+        alloc = (f"empty_strided({shape_text(p.shape, region)}, {tuple(p.stride())!r}, "
                  f"dtype=torch.{str(p.dtype)[6:]}, device={str(p.device)!r})")
-        if cpu.advised(math.prod(p.shape) * p.dtype.itemsize):
+        if cpu.advised(hint_numel(p.shape) * p.dtype.itemsize):
             alloc = f"huge_pages({alloc})"
         lines.append(f"    o{s.output} = {alloc}")
+    sizes = [size_text(n, region) for n in plan.row_sizes + plan.k_sizes]
+    if plan.symbolic:   # serial or parallel for this call's rows (cpu._variants)
+        lines.append(f"    variant = variant_for({' * '.join(sizes[:len(plan.row_sizes)])}, "
+                     f"{plan.nk})")
+        lines.append("    kernel = kernels(variant)")
     if plan.scratch:
         import numba
         env["scratch"] = torch.empty
         rows = numba.config.NUMBA_NUM_THREADS if variant == "kernel_parallel" else 1
+        if plan.symbolic:
+            env["threads"] = numba.config.NUMBA_NUM_THREADS
+            rows = '(threads if variant == "kernel_parallel" else 1)'
         for sc in plan.scratch:   # per call: callers in several Python threads share no buffer
-            lines.append(f"    {sc.name} = scratch({rows * plan.nk}, dtype=torch.{sc.reg})")
+            lines.append(f"    {sc.name} = scratch({rows} * {plan.nk}, dtype=torch.{sc.reg})")
     if plan.nrows > 0:
-        call = [str(n) for n in plan.row_sizes + plan.k_sizes]
+        call = list(sizes)
         call += [f"{sc.name}.data_ptr()" for sc in plan.scratch]
         for op in operands(plan) + plan.columns:
             if op.name in plan.contiguous:   # kept alive until the kernel returns
@@ -320,6 +339,9 @@ def compile_region(region, fn_name: str = "numba_fusion", plan: RowPlan | None =
         key, module = kernel_cache.load_module(module_source, "cpu")
         env["kernel"] = kernel_cache.compiled(key, module, variant,
                                               cpu._njit(variant == "kernel_parallel"))
+        if plan.symbolic:
+            env["variant_for"], env["kernels"] = _variants(plan, key, module, variant,
+                                                           env["kernel"])
     exec(compile(launcher, f"<primtrace {fn_name}>", "exec"), env)
     fn = env[fn_name]
     head = [f"# {len(region.nodes)} prims fused; row kernel over {list(plan.shape)}: "

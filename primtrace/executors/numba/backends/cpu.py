@@ -31,6 +31,7 @@ from primtrace.executors.numba import kernel_body, kernel_cache, launch
 from primtrace.executors.numba.ops import CPU
 from primtrace.executors.numba.plan import Plan, Store, analyze, dtype_name
 from primtrace.executors.numba.registers import DTYPES
+from primtrace.executors.numba.symbolic_sizes import shape_text, size_text
 from primtrace.executors.numba.vmath.trig import NEAR_LIMIT
 
 #: estimated work (elements x per-element cost in simple-op units, see work_per_element)
@@ -320,9 +321,15 @@ def blocks(plan: Plan, variant: str) -> tuple[int, int, int]:
     """(nblocks, block, rows): a task covers `rows` rows and one of `nblocks` blocks of the
     innermost dim; tiles where an operand is strided there, else whole rows split so that
     tasks outnumber threads."""
-    inner = plan.sizes[-1]
-    rows = math.prod(plan.sizes[:-1])
-    if tiled(plan):
+    return blocks_for(plan.sizes, tiled(plan), variant)
+
+
+def blocks_for(sizes: tuple, is_tiled: bool, variant: str) -> tuple[int, int, int]:
+    """:func:`blocks` of these sizes (a launcher over symbolic sizes calls it per call: the
+    blocks must cover the inner dim's size at run time)."""
+    inner = sizes[-1]
+    rows = math.prod(sizes[:-1])
+    if is_tiled:
         return -(-inner // TILE_COLS), TILE_COLS, TILE_ROWS
     if variant == "kernel_serial":
         return 1, max(inner, 1), 1
@@ -345,14 +352,22 @@ def launcher_source(plan: Plan, region, variant: str, fn_name: str) -> tuple[str
         if s.into_input is None:
             p = region.outputs[s.output]
             dt = f"torch.{dtype_name(p.dtype)}"
-            alloc = (f"empty_strided({tuple(p.shape)!r}, {tuple(p.stride())!r}, dtype={dt}, "
+            alloc = (f"empty_strided({shape_text(p.shape, region)}, {tuple(p.stride())!r}, dtype={dt}, "
                      f"device={str(p.device)!r})")
             if advised(plan.numel * p.dtype.itemsize):
                 alloc = f"huge_pages({alloc})"
             lines.append(f"    o{s.output} = {alloc}")
     if plan.numel > 0:
-        call = [str(n) for n in plan.sizes]
-        if len(plan.sizes) > 1:
+        call = [size_text(n, region) for n in plan.sizes]
+        if plan.symbolic:   # the variant and blocks for this call's sizes
+            lines.append(f"    variant = variant_for({' * '.join(call)})")
+            lines.append("    kernel = kernels(variant)")
+        if len(plan.sizes) > 1 and plan.symbolic:
+            env["blocks_for"] = blocks_for
+            lines.append(f"    nb, bl, rw = blocks_for(({', '.join(call)},), {tiled(plan)}, "
+                         "variant)")
+            call += ["nb", "bl", "rw"]
+        elif len(plan.sizes) > 1:
             call += [str(x) for x in blocks(plan, variant)]
         for op in kernel_body.memory_operands(plan):
             j = op.into_input if isinstance(op, Store) else op.index
@@ -378,6 +393,8 @@ def compile_region(region, fn_name: str = "numba_fusion", plan: Plan | None = No
     if plan.numel > 0:
         key, module = kernel_cache.load_module(module_source, "cpu")
         env["kernel"] = kernel_cache.compiled(key, module, variant, _njit(variant == "kernel_parallel"))
+        if plan.symbolic:
+            env["variant_for"], env["kernels"] = _variants(plan, key, module, variant, env["kernel"])
     code = compile(launcher, f"<primtrace {fn_name}>", "exec")
     exec(code, env)
     fn = env[fn_name]
@@ -386,6 +403,24 @@ def compile_region(region, fn_name: str = "numba_fusion", plan: Plan | None = No
     fn.variant = variant
     fn.kernel = env.get("kernel")
     return fn
+
+
+def _variants(plan: Plan, key, module, variant: str, kernel):
+    """(variant_for(numel), kernels(variant)) for a launcher over symbolic sizes: the loop
+    (serial or parallel) chosen per call, the other one compiled when a call first needs
+    it."""
+    work = work_per_element(plan)
+    compiled = {variant: kernel}
+
+    def variant_for(numel: int) -> str:
+        return "kernel_parallel" if runs_parallel(numel, numel * work) else "kernel_serial"
+
+    def kernels(name: str):
+        if name not in compiled:
+            compiled[name] = kernel_cache.compiled(key, module, name,
+                                                   _njit(name == "kernel_parallel"))
+        return compiled[name]
+    return variant_for, kernels
 
 
 def describe(plan, region, launcher, module_source, variant) -> str:
