@@ -73,3 +73,60 @@ def test_a_size_broadcast_at_its_hint_stays_with_torch():
     for n, m in ((4, 1), (3, 1), (5, 5), (6, 6)):
         x, y = torch.randn(n, 8), torch.randn(m, 8)
         torch.testing.assert_close(jfn(x, y), fn(x, y))
+
+
+# --- random chains ---------------------------------------------------------------------------
+_UNARY = ["torch.sin({})", "torch.exp({}).clamp(max=50)", "F.gelu({})", "torch.tanh({})",
+          "({}).abs()", "({}) * 3 - 1", "torch.sigmoid({})", "F.silu({})"]
+_BINARY = ["({}) + ({})", "({}) * ({})", "torch.maximum({}, {})", "torch.where(({}) > 0, {}, 0.5)"]
+_ROWS = ["torch.softmax({}, -1)", "F.layer_norm({}, ({}.shape[-1],))",
+         "(({}) - ({}).mean(-1, keepdim=True))", "torch.log_softmax({}, -1)"]
+
+
+def _chain(rng):
+    lines, last = ["def f(x, y, w):"], "x"
+    for i in range(rng.randint(2, 5)):
+        kind = rng.random()
+        if kind < 0.4:
+            expr = rng.choice(_UNARY).format(last)
+        elif kind < 0.75:
+            expr = rng.choice(_BINARY).format(last, rng.choice(["y", "w", "x", last]))
+        else:
+            form = rng.choice(_ROWS)
+            expr = form.format(*[last] * form.count("{}"))
+        lines.append(f"    v{i} = {expr}")
+        last = f"v{i}"
+    lines.append(f"    return {last}, v0")
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_chains_over_symbolic_sizes(seed):
+    """Random elementwise and row chains, one symbolic trace over batch sizes 3, 1, 6, 40:
+    each call's outputs are the static trace's bit for bit (the same kernel, sizes read at
+    run time), and in float32/float64 conform to eager's (the float64 rule of the
+    conformance harness)."""
+    import random
+
+    from tests.conformance.harness import compare_outputs
+    rng = random.Random(seed)
+    src = _chain(rng)
+    env = {"torch": torch, "F": F}
+    exec(src, env)
+    fn = env["f"]
+    dtype = rng.choice([torch.float32, torch.float64, torch.bfloat16])
+    rows_of_y = rng.choice([1, 3])
+    symbolic = _jit(fn, False)
+    static = primtrace.jit(fn, executors=[NumbaFusionExecutor(cost_model=False)], dynamic=False)
+    for n in (3, 1, 6, 40):
+        g = torch.Generator().manual_seed(n)
+        args = [torch.randn(n, 3, 8, generator=g).to(dtype),
+                torch.randn(n, rows_of_y, 8, generator=g).to(dtype),
+                torch.randn(8, generator=g).to(dtype)]
+        got = symbolic(*args)
+        for a, b in zip(got, static(*args)):
+            assert torch.equal(a.nan_to_num(), b.nan_to_num()), src
+        if dtype is not torch.bfloat16:
+            problem = compare_outputs(got, fn(*args), lambda: fn(*[a.double() for a in args]))
+            assert problem is None, f"{problem}\n{src}"
+    assert len(symbolic._dynamic.entries) == 1
