@@ -13,7 +13,7 @@ from primtrace import prims
 from primtrace.executors.numba import NumbaFusionExecutor
 from tests.numba import special_values as sv
 from tests.numba.helpers import (check_against_eager, execution, fused, fused_nodes, torch_nodes,
-                                 under_cuda_simulator)
+                                 special_values_under_cuda_simulator)
 
 
 def differentiate_as(value, carrier):
@@ -72,24 +72,6 @@ def test_cuda_kernel_source_and_ptx():
     assert ".entry" in ptx
 
 
-SCRIPT = r'''
-import json, torch, primtrace
-from primtrace.executors.numba import NumbaFusionExecutor
-from tests.numba import special_values as sv
-from tests.numba.test_differentiate_as import differentiate_as, same
-ex = NumbaFusionExecutor()
-assert ex.backend == "cuda"
-bad = []
-for dtype in sv.ALL:
-    value, carrier, _ = sv.inputs(dtype)
-    jf = primtrace.jit(differentiate_as, executors=[ex], optimize=False)
-    if not same(jf(value, carrier), value):
-        bad.append(str(dtype))
-    if "CUDA grid-stride" not in primtrace.kernel_source(jf):
-        bad.append(f"{dtype}: not fused")
-print(json.dumps(bad))
-'''
-
-
 def test_cuda_simulator_returns_the_value():
-    assert under_cuda_simulator(SCRIPT) == []
+    assert special_values_under_cuda_simulator(
+        'tests.numba.test_differentiate_as', 'differentiate_as', 'a', ', optimize=False') == []

@@ -7,7 +7,8 @@ import torch
 
 import primtrace
 from tests.numba import special_values as sv
-from tests.numba.helpers import execution, fused, fused_nodes, torch_nodes, under_cuda_simulator
+from tests.numba.helpers import (execution, fused, fused_nodes, special_values_under_cuda_simulator,
+                                 torch_nodes)
 
 
 def heaviside(x, values):
@@ -51,24 +52,6 @@ def test_cuda_kernel_source_and_ptx():
     assert ".entry" in ptx
 
 
-SCRIPT = r'''
-import json, torch, primtrace
-from primtrace.executors.numba import NumbaFusionExecutor
-from tests.numba import special_values as sv
-from tests.numba.test_heaviside import heaviside, same
-ex = NumbaFusionExecutor()
-assert ex.backend == "cuda"
-bad = []
-for dtype in sv.ALL:
-    x, values, _ = sv.inputs(dtype)
-    jf = primtrace.jit(heaviside, executors=[ex])
-    if not same(jf(x, values), torch.heaviside(x, values)):
-        bad.append(str(dtype))
-    if "CUDA grid-stride" not in primtrace.kernel_source(jf):
-        bad.append(f"{dtype}: not fused")
-print(json.dumps(bad))
-'''
-
-
 def test_cuda_simulator_matches_eager():
-    assert under_cuda_simulator(SCRIPT) == []
+    assert special_values_under_cuda_simulator(
+        'tests.numba.test_heaviside', 'heaviside', 'torch.heaviside(a, b)', '') == []
