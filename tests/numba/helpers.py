@@ -69,14 +69,14 @@ _SPECIAL_VALUES = r'''
 import json, torch, primtrace
 from primtrace.executors.numba import NumbaFusionExecutor
 from tests.numba import special_values as sv
-from {module} import {fn} as fn, same
+from {module} import {fn} as fn
 ex = NumbaFusionExecutor()
 assert ex.backend == "cuda"
 bad = []
 for dtype in sv.ALL:
     a, b, _ = sv.inputs(dtype)
     jf = primtrace.jit(fn, executors=[ex]{options})
-    if not same(jf(a, b), {expected}):
+    if not sv.same(jf(a, b), {expected}):
         bad.append(str(dtype))
     if "CUDA grid-stride" not in primtrace.kernel_source(jf):
         bad.append(f"{{dtype}}: not fused")
@@ -88,6 +88,6 @@ def special_values_under_cuda_simulator(module: str, fn: str, expected: str,
                                         options: str = "") -> list:
     """The dtypes (tests/numba/special_values.py) on which binary `module.fn`, fused by the
     CUDA backend under the simulator, differs from `expected` (an expression of its inputs
-    a, b; `module` provides `same`) or does not fuse."""
+    a, b) or does not fuse."""
     return under_cuda_simulator(_SPECIAL_VALUES.format(module=module, fn=fn, expected=expected,
                                                        options=options))

@@ -77,6 +77,15 @@ def bits_of(t):
     return t.view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
 
 
+def same(got, want) -> bool:
+    """Equal values, NaN where `want` has NaN, the sign of zero kept."""
+    if not want.is_floating_point():
+        return torch.equal(got, want)
+    return (torch.equal(got.isnan(), want.isnan())
+            and torch.equal(torch.nan_to_num(got), torch.nan_to_num(want))
+            and torch.equal(got.signbit(), want.signbit()))
+
+
 def inputs(dtype):
     """(a, b, c): the cross product of the specials, and a bool pattern for where."""
     s = specials(dtype)
