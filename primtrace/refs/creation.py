@@ -23,6 +23,7 @@ import warnings
 import torch
 
 from primtrace import dtypes, prims
+from primtrace.ir.size_guards import hinted
 from primtrace.ir.strides import contiguous_strides, dense_strides
 from primtrace.ir.trace import current_trace
 from primtrace.refs.core import exports, is_number, is_tensor, maybe_convert, ref
@@ -41,6 +42,8 @@ def _dim(name, s) -> int:
     if issubclass(t, (bool, float, complex)) or not hasattr(s, "__index__"):
         raise TypeError(f"{name}(): argument 'size' must be tuple of ints, but found element "
                         f"of type {t.__name__}")
+    if hinted(s):   # a symbolic input dim (or arithmetic on one): the new tensor's too
+        return s
     return operator.index(s)  # a runtime int is read here: the shape is part of the trace
 
 
@@ -422,6 +425,16 @@ def arange_length(start, end, step, dtype) -> int:
     return int(size)
 
 
+def _symbolic_arange(start, end, device):
+    """arange(start, end) over a symbolic size (an input dim, or arithmetic on it): int64
+    start, start + 1, ..., its length end - start symbolic too, so the trace serves every
+    size (torch.arange(x.shape[0]) in a dynamic trace)."""
+    if end < start:   # guarded on the sizes, as eager's check of the bounds
+        raise RuntimeError("upper bound and lower bound inconsistent with step sign")
+    values = prims.iota(end - start, start=0, step=1, dtype=torch.int64, device=device)
+    return values if type(start) is int and start == 0 else prims.add(values, start)
+
+
 def _positions(shape, device):
     """Each element's row-major position in `shape`: 0, 1, 2, ... for one dimension."""
     if len(shape) == 1:
@@ -450,6 +463,9 @@ def arange(start=None, end=None, step=1, *, out=None, dtype=None, layout=None, d
             raise TypeError("arange() missing 1 required positional argument: 'end'")
         start, end = 0, start
     start = 0 if start is None else start
+    if hinted(end) and dtype in (None, torch.int64) and out is None and type(step) is int and \
+            step == 1 and (type(start) is int or hinted(start)):
+        return _symbolic_arange(start, end, device_of(device))
     start, end, step = (_as_real("arange", x) for x in (start, end, step))
     if out is not None:
         _check_out_dtype(dtype, out)

@@ -38,6 +38,7 @@ from primtrace.tracer import mapping
 from primtrace.tracer.autograd_calls import GRAPH_METHODS, custom_functions, record_graph_call
 from primtrace.tracer.compiling import compiling
 from primtrace.tracer.errors import DataDependentError, OpaqueOpWarning, TracingError
+from primtrace.tracer.factories import symbolic_factories
 from primtrace.tracer.location import describe_location, user_location
 from primtrace.tracer.meta_calls import (SymbolicMeta, as_device, plain,
                                          symbolic_metadata, symbolic_sizes, to_meta)
@@ -671,7 +672,8 @@ def _acquire(fn, args, kwargs, name, numbers_as_constants: bool) -> TracingTrace
     snapshot, replay = Snapshot(fn, pargs, pkwargs), None
     try:
         with tracing(trace), CaptureMode(trace), trace.state.recording(), compiling(), \
-                custom_functions(functools.partial(_record_function, trace)):
+                custom_functions(functools.partial(_record_function, trace)), \
+                symbolic_factories(dispatch):
             out = fn(*pargs, **pkwargs)
         # a dataclass, a namedtuple, an object made while tracing... as plain containers
         out, rebuild = split_outputs(out, snapshot.objects.keys() | snapshot.arg_paths.keys())

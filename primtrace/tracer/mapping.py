@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from primtrace.ir.symbol import Symbol
+from primtrace.ir.trace import current_trace
 
 #: torch namespaces whose callables the tracer can name, with the module that prints them.
 NAMESPACES = (
@@ -121,6 +122,7 @@ def _name_table() -> dict:
                     value = getattr(obj, name)
                 except AttributeError:
                     continue
+                value = getattr(value, "__wrapped_factory__", value)   # tracer/factories.py
                 if callable(value):
                     try:
                         table.setdefault(value, (ns, name))
@@ -165,10 +167,16 @@ class Target:
 
 
 def _lookup(module_name: str, name: str):
+    trace = current_trace()
+    if trace is not None:   # a module's first import runs its torch calls: eager's, not nodes
+        trace.bypass += 1
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError:
         return None
+    finally:
+        if trace is not None:
+            trace.bypass -= 1
     value = getattr(module, name, None)
     return value if isinstance(value, Symbol) else None
 

@@ -209,13 +209,47 @@ def test_guard_int_pins_the_dim():
     assert "x.size(0) == 3 no longer holds" in reasons(jf)[0]
 
 
-def test_guard_arange_of_a_size():
+def test_arange_of_a_size_is_symbolic():
+    """arange(n) and arange(start, n) over a symbolic size have a symbolic length; a bound
+    that is not a size (a float, a step) reads it: the dim is pinned, one trace per size."""
     def f(x):
-        return x + torch.arange(x.shape[0]).unsqueeze(1)
+        n = x.shape[0]
+        return x + torch.arange(n).unsqueeze(1) + torch.arange(1, n + 1).unsqueeze(1) * 2
     jf = primtrace.jit(f, dynamic=True)
-    for n in (3, 5, 3, 4):
+    for n in (3, 5, 1, 4):
         run(jf, f, torch.randn(n, 2))
-    assert misses(jf) == 3
+    assert misses(jf) == 1
+
+    def g(x):
+        return x + torch.arange(0, x.shape[0] * 2, 2).unsqueeze(1)
+    jg = primtrace.jit(g, dynamic=True)
+    for n in (3, 5, 3, 4):
+        run(jg, g, torch.randn(n, 2))
+    assert misses(jg) == 3
+
+
+def test_factories_of_symbolic_sizes():
+    """torch.zeros/ones/empty/full over a symbolic size reach the tracer with the size itself
+    (tracer/factories.py; torch's argument parser would read it): one trace for every size.
+    Outside a trace torch's own functions are back."""
+    zeros = torch.zeros
+
+    def f(x):
+        n = x.shape[0]
+        e = torch.empty(n, 4).fill_(1.5)
+        return (x + torch.zeros(n, 1) + torch.ones((n, 4)) * 2 + torch.full((n, 1), 3.0)
+                + torch.zeros(size=(n, 4), dtype=torch.float64) + e)
+    jf = primtrace.jit(f, dynamic=True)
+    for n in (3, 5, 1, 7):
+        run(jf, f, torch.randn(n, 4))
+    assert misses(jf) == 1 and symbolic(jf)
+    assert torch.zeros is zeros
+
+    def inner(x):   # a symbolic inner dim would make strides depend on it: traced static
+        return x.t() + torch.zeros(4, x.shape[0])
+    ji = primtrace.jit(inner, dynamic=True)
+    for n in (3, 5):
+        run(ji, inner, torch.randn(n, 4))
 
 
 def test_slice_by_a_computed_size_is_symbolic():
@@ -263,9 +297,8 @@ def test_a_read_outside_a_compile_raises():
 
 
 def test_sizes_passed_to_tensor_methods_are_not_read_first():
-    """x.view(B, ...) and x.expand(B, ...) take the symbol itself (torch's argument parser
-    would read it as an int: a pinned dim); new_zeros(x.shape) reads it (a guard), and the
-    values are eager's either way."""
+    """x.view(B, ...), x.expand(B, ...), new_zeros(x.shape) and new_full((B, 1)) take the
+    symbol itself (torch's argument parser would read it as an int: a pinned dim)."""
     def f(x):
         b = x.shape[0]
         return x.view(b, 2, -1).sum(-1) + x.expand(b, 4)[:, :2] * 2
@@ -279,7 +312,7 @@ def test_sizes_passed_to_tensor_methods_are_not_read_first():
     jg = primtrace.jit(g, dynamic=True)
     for n in (3, 5, 3):
         run(jg, g, torch.randn(n, 4))
-    assert misses(jg) == 2
+    assert misses(jg) == 1
 
 
 def test_guard_contiguity_of_a_size_one_dim():
