@@ -121,3 +121,26 @@ def test_training_step_on_the_gpu(name, fn, inputs, how):
         torch.testing.assert_close(g, e, **tol)
     if how == "fused":
         assert fused_nodes(primtrace.last_trace(jfn))
+
+
+def test_a_dynamic_trace_on_the_gpu():
+    """One symbolic trace over batch sizes on CUDA tensors (factories and arange of the
+    size, a norm, a training step): eager's values and grads at every size."""
+    def fn(x, w):
+        n = x.shape[0]
+        pos = torch.arange(n, device=x.device).unsqueeze(1).to(x.dtype) * 0.01
+        h = F.layer_norm(x + pos + torch.zeros(n, 1, device=x.device), (x.shape[-1],), w)
+        return F.gelu(h) * 2
+
+    jfn = primtrace.jit(fn, dynamic=True)
+    for n in (3, 1, 7, 300):
+        x = torch.randn(n, 64, device="cuda", requires_grad=True)
+        w = torch.randn(64, device="cuda", requires_grad=True)
+        xe, we = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+        got, expected = jfn(x, w), fn(xe, we)
+        torch.testing.assert_close(got, expected)
+        got.square().mean().backward()
+        expected.square().mean().backward()
+        torch.testing.assert_close(x.grad, xe.grad)
+        torch.testing.assert_close(w.grad, we.grad)
+    assert len(jfn._dynamic.entries) == 1
