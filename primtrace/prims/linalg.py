@@ -123,6 +123,17 @@ def _rows(t):
     return P.reshape_view(t, (_numel(shape[:-1]), shape[-1]))
 
 
+def _matrix_grad(a_rows, g_rows, b):
+    """a^H @ g, the grad of a matrix `b`; where `b` is column-major (a transposed weight:
+    linear's x @ w^T) it is computed as (g^H @ a)^H, so it has b's layout and the weight's
+    grad, its transpose, is row-major like the weight: autograd copies no transposed result."""
+    if (b.ndim == 2 and b.shape[0] > 1 and b.shape[1] > 1
+            and tuple(b.stride()) == (1, b.shape[0])):
+        product = P.matmul(conjugated(_matrix_transpose(g_rows)), a_rows)
+        return conjugated(_matrix_transpose(product))
+    return P.matmul(conjugated(_matrix_transpose(a_rows)), g_rows)
+
+
 def _matmul_vjp(g, y, a, b):
     """As matrices (a vector operand is a 1-row or 1-column matrix): g @ b^H and a^H @ g,
     summed down over the batch dims an operand was broadcast along. A matrix `b` under a
@@ -133,17 +144,17 @@ def _matmul_vjp(g, y, a, b):
         a_rows = reshaped(a, (rows, a.shape[-1]))
         g_rows = reshaped(g, (rows, g.shape[-1]))
         grad_a = P.matmul(g, conjugated(_matrix_transpose(b)))
-        return grad_a, P.matmul(conjugated(_matrix_transpose(a_rows)), g_rows)
+        return grad_a, _matrix_grad(a_rows, g_rows, b)
     a2 = a if a.ndim > 1 else P.unsqueeze(a, 0)
     b2 = b if b.ndim > 1 else P.unsqueeze(b, 1)
     g2 = g if a.ndim > 1 else P.unsqueeze(g, max(g.ndim - (b.ndim > 1), 0))
     g2 = g2 if b.ndim > 1 else P.unsqueeze(g2, g2.ndim)
     grad_a = _summed_product(g2, conjugated(_matrix_transpose(b2)), tuple(a2.shape))
-    rows_a, rows_g = _rows(a2), _rows(g2)
-    if b2.ndim == 2 and a2.ndim > 2 and rows_a is not None and rows_g is not None:
+    rows_a, rows_g = (a2, g2) if a2.ndim == 2 else (_rows(a2), _rows(g2))
+    if b2.ndim == 2 and a2.ndim >= 2 and rows_a is not None and rows_g is not None:
         # a matrix against a batch (linear's weight): one product over every row of the
         # batch, summed in the kernel's accumulator
-        grad_b = P.matmul(conjugated(_matrix_transpose(rows_a)), rows_g)
+        grad_b = _matrix_grad(rows_a, rows_g, b2)
     else:
         grad_b = _summed_product(conjugated(_matrix_transpose(a2)), g2, tuple(b2.shape))
     if a.ndim == 1:
