@@ -116,7 +116,8 @@ def _whisper(tf):
     c = tf.WhisperConfig(vocab_size=1000, num_mel_bins=80, d_model=128, encoder_layers=2,
                          decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
                          encoder_ffn_dim=256, decoder_ffn_dim=256, max_source_positions=100,
-                         max_target_positions=64)
+                         max_target_positions=64, pad_token_id=0, bos_token_id=1,
+                         eos_token_id=2, decoder_start_token_id=1)
     m = tf.WhisperModel(c).eval()
     feats = torch.randn(1, 80, 200, generator=torch.Generator().manual_seed(0))
     return m, (), {"input_features": feats, "decoder_input_ids": _ids(1000, 16)}
@@ -270,7 +271,11 @@ def main():
         if lib is None:
             continue
         print(f"{n} ...", flush=True)
-        rows.append((n, *run_model(n, TV.get(n) or HF[n], lib, args)))
+        try:
+            rows.append((n, *run_model(n, TV.get(n) or HF[n], lib, args)))
+        except Exception as e:  # noqa: BLE001 - the model could not be built or run in eager
+            print(f"note: {n} skipped: it fails in eager or cannot be built here "
+                  f"({type(e).__name__}: {' '.join(str(e).split())[:200]})", flush=True)
     head = "| model | eager ms | " + " | ".join(f"{w}/eager" for w in who_all) + \
         " | jit traces | backend graphs | notes |"
     print("\n" + head + "\n|" + "---|" * (head.count("|") - 1))
