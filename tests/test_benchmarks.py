@@ -71,3 +71,14 @@ def test_variable_batch_benchmark_runs():
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "| primtrace.jit | 2 |" in done.stdout
+
+
+def test_models_benchmark_runs():
+    """Two tiny library models (transformers' DistilBERT; torchvision's MobileNet is skipped
+    with a note where torchvision is absent, as in CI), jit only, one short round."""
+    args = ["--quick", "--no-compile", "--rounds", "1", "--time", "0.01"]
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "models.py"), *args],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "| distilbert |" in done.stdout and "worst jit/eager" in done.stdout
+    assert "MISMATCH" not in done.stdout and "error:" not in done.stdout
