@@ -162,6 +162,7 @@ class RowPlan(Plan):
     scratch: list = field(default_factory=list)      # Scratch buffers
     contiguous: set = field(default_factory=set)     # loads of a contiguous copy
     columns: list = field(default_factory=list)      # Stores of column sums (float64 values)
+    addends: dict = field(default_factory=dict)      # column name -> its addend's register
     nchunks: int = 1          # chunks of rows, each with its own partial column sums
     row_sizes: tuple = ()     # after layout: coalesced row dims, outermost first
     k_sizes: tuple = ()       # ... and reduced dims
@@ -399,6 +400,7 @@ class _RowAnalyzer(_Analyzer):
         """Output `k`, a column sum: its float64 addend computed in the last pass."""
         a = reduction_args(self.producer[out.name])[0]
         x, _, _ = self.value(a, self.identity(self.plan.shape))
+        self.plan.addends[f"out{k}"] = x
         if DTYPES[a.dtype].reg != "float64":
             x = self.emit(f"float64({x})", False, "a column sum's addend")
         nr = self.plan.nrows_dims

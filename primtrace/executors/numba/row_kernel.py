@@ -12,6 +12,8 @@ in-place writes reach a row region.
 """
 from __future__ import annotations
 
+import re
+
 
 import torch
 
@@ -132,6 +134,9 @@ def _column_lines(plan: RowPlan) -> list[str]:
     return out
 
 
+_NAMES = re.compile(r"\b[vx]\d+\b")   # the registers an element line reads
+
+
 def _flat_k(plan) -> str:
     """The element's position in its row (scratch buffers are dense rows)."""
     flat = "k0"
@@ -187,12 +192,50 @@ def _pass(plan: RowPlan, p: int, final: bool) -> list[str]:
     body += [f"{sc.name}[scratch_row + {_flat_k(plan)}] = {sc.value}"
              for sc in plan.scratch if sc.stored_in == p]
     body += [_store(s, plan, False) for s in stores]
-    body += [f"colbuf[{_column_index(plan, j, 'chunk')}] += {col.value}"
-             for j, col in enumerate(columns)]
+    apart = columns and not any(s.output is None for s in plan.stores)
+    if not apart:   # a store into an input: the column sums add in the loop, as it reads
+        body += [f"colbuf[{_column_index(plan, j, 'chunk')}] += {col.value}"
+                 for j, col in enumerate(columns)]
     out += [indent + "    " + b for b in body]
     out += [indent + _flush(a) for a in blocked]
     for a in accs:
         out += _final(a)
+    if apart:
+        out += _column_loop(plan, lines, stores, columns)
+    return out
+
+
+def _column_loop(plan: RowPlan, lines, stores, columns) -> list[str]:
+    """The last pass's column sums, added in a loop of their own after it (same addends,
+    same order): each re-read from the output the pass stored it in, when it stored it
+    exactly (float32, float64), else recomputed from the lines it needs (loads read the
+    inputs again). In the pass's loop the float64 read-modify-writes keep LLVM from
+    vectorizing it: gelu's backward with its bias gradient ran at half speed."""
+    defined = {line.var: line for line in lines}
+    needed, reads = set(), {}
+    for j, col in enumerate(columns):
+        addend = plan.addends.get(col.name)
+        store = next((s for s in stores if s.value == addend and s.dtype.is_floating_point
+                      and DTYPES[s.dtype].reg == DTYPES[s.dtype].storage), None)
+        if store is not None:
+            value = f"{store.name}[{element_offset(store, plan, False)}]"
+            reads[j] = value if DTYPES[store.dtype].reg == "float64" else f"float64({value})"
+            continue
+        todo = [col.value]
+        while todo:
+            var = todo.pop()
+            if var in defined and var not in needed:
+                needed.add(var)
+                line = defined[var]
+                if line.load is None:
+                    todo += _NAMES.findall(line.expr)
+    out, indent = ["# column sums of this row"], ""
+    for d in range(len(plan.k_sizes)):
+        out.append(f"{indent}for k{d} in range(m{d}):")
+        indent += "    "
+    out += [indent + _line(line, plan, False) for line in lines if line.var in needed]
+    out += [f"{indent}colbuf[{_column_index(plan, j, 'chunk')}] += {reads.get(j, col.value)}"
+            for j, col in enumerate(columns)]
     return out
 
 
