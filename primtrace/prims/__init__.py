@@ -5,6 +5,7 @@ Python numbers act as scalars), same dtype, no promotion. Each prim is a
 :class:`~primtrace.ir.Symbol` with a meta function, used on proxies while tracing and as
 the contract check on real tensors, and a torch implementation.
 """
+from primtrace.prims import attention as _attention
 from primtrace.prims import data_dependent as _data_dependent
 from primtrace.prims import dtype_views as _dtype_views
 from primtrace.prims import elementwise as _elementwise
@@ -39,6 +40,7 @@ from primtrace.prims.views import (aliased, as_strided, cat, diagonal, expand, f
 from primtrace.prims.library import *  # noqa: F401,F403  (convolution, pooling)
 from primtrace.prims.spectral import *  # noqa: F401,F403  (FFTs)
 from primtrace.prims.library_grads import *  # noqa: F401,F403
+from primtrace.prims.attention import *  # noqa: F401,F403  (attention's fused CPU kernels)
 from primtrace.prims import guards as _guards
 from primtrace.prims.differentiation import check_derivatives as _check_derivatives
 
@@ -47,12 +49,14 @@ ALL_PRIMS = {**_elementwise.PRIMS, **_structural.PRIMS, **_reductions.PRIMS, **_
              **_views.PRIMS, **_library.PRIMS,
              "check_fits": check_fits, "check_item_fits": check_item_fits}
 ALL_PRIMS.update({**_linalg.PRIMS, **_indexing.PRIMS, **_scans.PRIMS, **_random.PRIMS,
-                  **_spectral.PRIMS, **_library_grads.PRIMS, **_data_dependent.PRIMS})
+                  **_spectral.PRIMS, **_library_grads.PRIMS, **_data_dependent.PRIMS,
+                  **_attention.PRIMS})
 #: name -> how the prim differentiates: a VJP rule or a NotDifferentiable mark
 #: (primtrace.prims.differentiation), kept beside each prim in its module
 VJP_RULES = {}
 for _module in (_elementwise, _structural, _reductions, _dtype_views, _views, _library, _guards,
-                _linalg, _indexing, _scans, _random, _spectral, _library_grads, _data_dependent):
+                _linalg, _indexing, _scans, _random, _spectral, _library_grads, _data_dependent,
+                _attention):
     VJP_RULES.update(_module.DERIVATIVES)
 _check_derivatives(ALL_PRIMS, VJP_RULES)
 UNARY = [row[0] for row in _elementwise.UNARY]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from primtrace.ir.proxy import NumberProxy, Proxy, TensorProxy
+from primtrace.ir.proxy import NumberProxy, Proxy, TensorProxy, has_symbolic
 from primtrace.ir.trace import Node, Trace
 from primtrace.ir.tree import tree_flatten
 from primtrace.tracer.capture import torch_call_node
@@ -37,7 +37,7 @@ def to_prims(trace: Trace, keep_autograd_calls: bool = True) -> Trace:
                     prim.origin = node   # an executor may run the call instead (see lower)
             nodes += flat
             continue
-        call = torch_call_node(node)
+        call = _fused_attention(trace, node) or torch_call_node(node)
         nodes += [call, *_versions_after(node, call)]
         kept += 1
     prims = trace.derive(nodes, "prims")
@@ -70,6 +70,39 @@ def _kept_in_training(node: Node) -> bool:
         return False
     _, args, kwargs = node.call
     return not kwargs.get("dropout_p", args[4] if len(args) > 4 else 0.0)
+
+
+def _fused_attention(trace: Trace, node: Node) -> Node | None:
+    """A kept attention call as ``prims.sdpa_flash`` (its output and log-sum-exp, which the
+    backward reads instead of running the attention again), where eager's sdpa would run
+    torch's fused CPU kernel: no mask, dropout or grouped heads; None elsewhere."""
+    from primtrace import prims
+    from primtrace.prims.attention import picks_flash
+    if node.call is None or node.call[0] is not torch.nn.functional.scaled_dot_product_attention:
+        return None
+    _, args, kwargs = node.call
+    names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
+             "enable_gqa")
+    given = {**dict(zip(names, args)), **kwargs}
+    if set(given) - set(names) or given.get("attn_mask") is not None or \
+            given.get("dropout_p", 0.0) or given.get("enable_gqa", False):
+        return None
+    q, k, v = given["query"], given["key"], given["value"]
+    is_causal, scale = given.get("is_causal", False), given.get("scale")
+    if not all(isinstance(t, TensorProxy) and t.ndim == 4 and t.device.type == "cpu"
+               and t.dtype is q.dtype and t.dtype.is_floating_point for t in (q, k, v)) or \
+            type(is_causal) is not bool or not (scale is None or type(scale) is float) or \
+            not isinstance(node.outputs, TensorProxy) or \
+            any(has_symbolic(t.shape) for t in (q, k, v)):
+        return None
+    stand_ins = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype) for t in (q, k, v)]
+    if not picks_flash(*stand_ins, is_causal, scale):
+        return None
+    strides = tuple(node.outputs.stride())
+    _, lse = prims.attention._flash_meta(q, k, v, is_causal, scale, strides)
+    return Node(prims.sdpa_flash, (q, k, v, is_causal, scale, strides), {},
+                (node.outputs, trace.tensor(lse)), source=node.source,
+                grad_enabled=node.grad_enabled)
 
 
 def _versions_after(node: Node, call: Node) -> list[Node]:
