@@ -301,6 +301,10 @@ def _accumulate(cotangent: dict, p: Proxy, grad) -> None:
     if before is None:
         cotangent[p.name] = grad
         return
+    joined = _joined_pads(before, grad)
+    if joined is not None:
+        cotangent[p.name] = joined
+        return
     wide = _rounded_from(before), _rounded_from(grad)
     if wide[0] is not None and wide[1] is not None and wide[0].dtype == wide[1].dtype:
         cotangent[p.name] = prims.convert_element_type(prims.add(*wide), grad.dtype)
@@ -339,13 +343,10 @@ def _widened_vjp(node: Node, wide_g):
 _producers: dict = {}   # id(trace) -> (trace, {name: node}, nodes seen)
 
 
-def _rounded_from(x):
-    """The float32 value the backward being recorded rounded to make `x` (a float16 or
-    bfloat16 tensor made by convert_element_type), or None."""
-    if not isinstance(x, TensorProxy) or x.dtype not in _HALF:
-        return None
+def _producer(x):
+    """The node of the backward being recorded that made tensor `x`, or None."""
     trace = current_trace()
-    if trace is None:
+    if trace is None or not isinstance(x, TensorProxy):
         return None
     entry = _producers.get(id(trace))
     if entry is None or entry[0] is not trace:
@@ -355,7 +356,52 @@ def _rounded_from(x):
     for node in trace.nodes[seen[0]:]:
         made.update((q.name, node) for q in node.output_proxies)
     seen[0] = len(trace.nodes)
-    node = made.get(x.name)
+    return made.get(x.name)
+
+
+def _zero_pad(x):
+    """(a, config) of `x` = pad(a, 0, config) without interior padding, or None."""
+    node = _producer(x)
+    if node is None or node.symbol is not prims.pad or node.args[1] != 0 or \
+            any(c[2] for c in node.args[2]):
+        return None
+    return node.args[0], tuple(tuple(c) for c in node.args[2])
+
+
+def _joined_pads(before, grad):
+    """pad(a) + pad(b) as pad(cat([a, b])) where they pad zeros around adjacent ranges of one
+    dim (the cotangents of a split's or chunk's pieces, summed): one copy instead of a
+    full-size pad per piece and their sums, and eager's values (its split backward is a
+    cat: a -0.0 stays -0.0, where -0.0 + 0 gives 0). None where that does not hold."""
+    pieces = _zero_pad(before), _zero_pad(grad)
+    if None in pieces or before.dtype != grad.dtype:
+        return None
+    (a, ca), (b, cb) = sorted(pieces, key=lambda piece: [c[0] for c in piece[1]])
+    dims = [d for d in range(len(ca)) if ca[d] != cb[d]]
+    if len(dims) != 1 or ca[dims[0]][0] + a.shape[dims[0]] != cb[dims[0]][0]:
+        return None
+    d = dims[0]
+    joined = prims.cat([*_cat_inputs(a, d), *_cat_inputs(b, d)], d)
+    config = tuple((ca[d][0], cb[d][1], 0) if e == d else ca[e] for e in range(len(ca)))
+    if all(low == 0 and high == 0 for low, high, _ in config):
+        return joined
+    return prims.pad(joined, 0, config)
+
+
+def _cat_inputs(x, dim) -> list:
+    """The pieces a cat along `dim` made `x` from (an earlier join), else [x]."""
+    node = _producer(x)
+    if node is not None and node.symbol is prims.cat and node.args[1] == dim:
+        return list(node.args[0])
+    return [x]
+
+
+def _rounded_from(x):
+    """The float32 value the backward being recorded rounded to make `x` (a float16 or
+    bfloat16 tensor made by convert_element_type), or None."""
+    if not isinstance(x, TensorProxy) or x.dtype not in _HALF:
+        return None
+    node = _producer(x)
     if node is None or node.symbol is not prims.convert_element_type:
         return None
     source = node.args[0]

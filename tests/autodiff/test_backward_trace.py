@@ -354,3 +354,30 @@ def test_runtime_numbers_are_read_by_the_backward_not_specialized():
     bw = backward_trace(forward)
     assert [p.name for p in bw.saved][0] == "s" and not forward.inputs[1].specialized
     check_against_eager(f, torch.randn(3, dtype=torch.float64), 1.5)
+
+
+@pytest.mark.parametrize("pieces", ["split", "chunk", "gaps"])
+def test_the_pieces_of_a_split_join_as_a_cat(pieces):
+    """The cotangents of a split's pieces sum as one cat (eager's split backward), not as a
+    full-size pad per piece added up: the same values, -0.0 included."""
+    x = torch.randn(4, 10, 12, requires_grad=True)
+
+    def f(x):
+        if pieces == "split":
+            a, b, c = x.split(4, dim=2)
+            return a * 2 + b.sin() * c
+        if pieces == "chunk":
+            a, b = x.chunk(2, dim=1)
+            return a.exp() * b
+        return x[:, 2:5].sum() + x[:, 7:].sin().sum() + x[:, 5:7].cos().sum()   # x[:, :2]: zeros
+
+    out = f(x)
+    g = torch.randn_like(out)
+    if pieces == "split":
+        g[0, 0, 0] = -0.0   # a's cotangent 2 * -0.0: -0.0 in eager's cat
+    expected, = torch.autograd.grad(out, x, g)
+    jitted = primtrace.jit(f, executors=[primtrace.TORCH])
+    got, = torch.autograd.grad(jitted(x), x, g)
+    assert torch.equal(got, expected) and torch.equal(got.signbit(), expected.signbit())
+    names = [n.symbol.name for n in primtrace.last_trace(jitted).tags["backward"][-1].nodes]
+    assert names.count("cat") == 1 and names.count("pad") == (pieces == "gaps")
