@@ -192,8 +192,10 @@ def _pass(plan: RowPlan, p: int, final: bool) -> list[str]:
     body += [f"{sc.name}[scratch_row + {_flat_k(plan)}] = {sc.value}"
              for sc in plan.scratch if sc.stored_in == p]
     body += [_store(s, plan, False) for s in stores]
-    apart = columns and not any(s.output is None for s in plan.stores)
-    if not apart:   # a store into an input: the column sums add in the loop, as it reads
+    # apart from a loop that does other work, and writes no input (that a recomputed
+    # addend would read again)
+    apart = bool(columns and body) and not any(s.output is None for s in plan.stores)
+    if not apart:
         body += [f"colbuf[{_column_index(plan, j, 'chunk')}] += {col.value}"
                  for j, col in enumerate(columns)]
     out += [indent + "    " + b for b in body]
