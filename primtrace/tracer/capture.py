@@ -40,6 +40,7 @@ from primtrace.tracer.compiling import compiling
 from primtrace.tracer.errors import DataDependentError, OpaqueOpWarning, TracingError
 from primtrace.tracer.factories import symbolic_factories
 from primtrace.tracer.location import describe_location, user_location
+from primtrace.tracer.module_calls import module_calls
 from primtrace.tracer.meta_calls import (SymbolicMeta, as_device, plain,
                                          symbolic_metadata, symbolic_sizes, to_meta)
 from primtrace.tracer.outputs import split as split_outputs
@@ -673,7 +674,7 @@ def _acquire(fn, args, kwargs, name, numbers_as_constants: bool) -> TracingTrace
     try:
         with tracing(trace), CaptureMode(trace), trace.state.recording(), compiling(), \
                 custom_functions(functools.partial(_record_function, trace)), \
-                symbolic_factories(dispatch):
+                symbolic_factories(dispatch), module_calls():
             out = fn(*pargs, **pkwargs)
         # a dataclass, a namedtuple, an object made while tracing... as plain containers
         out, rebuild = split_outputs(out, snapshot.objects.keys() | snapshot.arg_paths.keys())

@@ -1,0 +1,44 @@
+"""Module code primtrace traces by an equivalent (primtrace/tracer/module_calls.py), compared
+with eager over several calls: outputs, gradients and the module's state after each."""
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+
+import primtrace
+
+
+def _same_state(m, e):
+    for (name, a), (_, b) in zip(m.state_dict(keep_vars=True).items(),
+                                 e.state_dict(keep_vars=True).items()):
+        torch.testing.assert_close(a, b, msg=name)
+        if getattr(a, "grad", None) is not None or getattr(b, "grad", None) is not None:
+            torch.testing.assert_close(a.grad, b.grad, msg=f"{name}.grad")
+
+
+def _run(module, shape, calls=3, eval_after=None):
+    """The module jitted and an eager copy, called `calls` times on the same inputs."""
+    torch.manual_seed(0)
+    eager = copy.deepcopy(module)
+    jitted = primtrace.jit(module)
+    for i in range(calls):
+        if i == eval_after:
+            module.eval(), eager.eval()
+        x = torch.randn(*shape, requires_grad=True)
+        xe = x.detach().clone().requires_grad_()
+        y, ye = jitted(x), eager(xe)
+        torch.testing.assert_close(y, ye)
+        y.square().sum().backward(), ye.square().sum().backward()
+        torch.testing.assert_close(x.grad, xe.grad)
+        _same_state(module, eager)
+    return jitted
+
+
+@pytest.mark.parametrize("cls, shape", [(nn.BatchNorm1d, (8, 4)), (nn.BatchNorm1d, (6, 4, 5)),
+                                        (nn.BatchNorm2d, (4, 4, 3, 3))])
+def test_batch_norm_with_a_cumulative_average_is_traced_once_for_every_call(cls, shape):
+    """momentum=None: eager's factor is 1 / float(num_batches_tracked), a new value on every
+    call; the trace computes it from the buffer."""
+    jitted = _run(cls(4, momentum=None), shape, calls=4, eval_after=3)
+    assert primtrace.cache_info(jitted).misses == 2   # training, then eval
