@@ -89,6 +89,8 @@ def _recording_getattr(self, name):
 def _recording_setattr(self, name, value):
     recorder = _active.get()
     if recorder is not None:
+        if recorder.same_state_tensor(self, name, value):
+            return   # ``self._u = F.normalize(..., out=self._u)``: eager assigns the same tensor
         recorder.module_write(self, name)
     _original_setattr(self, name, value)
 
@@ -310,6 +312,21 @@ class StateRecorder:
                 self.writes.append((owner, name, True, table[name]))
                 return
         self.writes.append((owner, name, False, None))
+
+    def same_state_tensor(self, owner, name, value) -> bool:
+        """Whether `value` is the traced version of the state tensor `owner.name` already holds
+        (written in place, or the result of an ``out=`` call into it): assigning it back is
+        eager's assignment of the same object, which changes nothing."""
+        if not isinstance(value, TensorProxy):
+            return False
+        d = _object_getattribute(owner, "__dict__")
+        for store in (*_STRUCTURE, None):
+            table = d if store is None else d.get(store, {})
+            if name in table:
+                entry = self.lifted.get(id(table[name]))
+                return entry is not None and entry[0] is table[name] and \
+                    self.trace.latest(entry[1]) is self.trace.latest(value)
+        return False
 
     def undo_writes(self) -> None:
         """Put back what the traced code assigned (a proxy must not outlive its trace)."""

@@ -42,3 +42,30 @@ def test_batch_norm_with_a_cumulative_average_is_traced_once_for_every_call(cls,
     call; the trace computes it from the buffer."""
     jitted = _run(cls(4, momentum=None), shape, calls=4, eval_after=3)
     assert primtrace.cache_info(jitted).misses == 2   # training, then eval
+
+
+@pytest.mark.parametrize("make, shape", [
+    (lambda: nn.utils.parametrizations.spectral_norm(nn.Linear(4, 4)), (2, 4)),
+    (lambda: nn.utils.parametrizations.spectral_norm(nn.Conv2d(3, 4, 3), dim=1), (2, 3, 5, 5)),
+], ids=["linear", "conv dim 1"])
+def test_spectral_norm_parametrization_updates_its_vectors_as_eager(make, shape):
+    """The power iteration writes _u and _v in place (F.normalize(..., out=self._u)) and
+    assigns them back: the same tensor, which is no side effect."""
+    torch.manual_seed(0)
+    jitted = _run(make(), shape, calls=4, eval_after=3)
+    assert primtrace.cache_info(jitted).misses == 2
+
+
+def test_assigning_another_tensor_to_a_buffer_still_raises():
+    class Swaps(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("b", torch.zeros(3))
+
+        def forward(self, x):
+            self.b = self.b + x
+            return self.b
+    m = Swaps()
+    with pytest.raises(primtrace.TracingError, match="Swaps.b was assigned while tracing"):
+        primtrace.jit(m)(torch.ones(3))
+    assert type(m.b) is torch.Tensor and not m.b.any()
