@@ -678,7 +678,7 @@ def _acquire(fn, args, kwargs, name, numbers_as_constants: bool) -> TracingTrace
             out = fn(*pargs, **pkwargs)
         # a dataclass, a namedtuple, an object made while tracing... as plain containers
         out, rebuild = split_outputs(out, snapshot.objects.keys() | snapshot.arg_paths.keys())
-        writes = snapshot.diff()
+        writes = snapshot.diff() + trace.state.attribute_writes()
         snapshot.restore()   # the guard checks the state a call starts from
         if writes:   # replayed after each call; the values written are extra outputs
             replay = Replay(snapshot, writes)

@@ -47,8 +47,10 @@ def test_batch_norm_with_a_cumulative_average_is_traced_once_for_every_call(cls,
 @pytest.mark.parametrize("make, shape", [
     (lambda: nn.utils.parametrizations.spectral_norm(nn.Linear(4, 4)), (2, 4)),
     (lambda: nn.utils.parametrizations.spectral_norm(nn.Conv2d(3, 4, 3), dim=1), (2, 3, 5, 5)),
-], ids=["linear", "conv dim 1"])
-def test_spectral_norm_parametrization_updates_its_vectors_as_eager(make, shape):
+    (lambda: nn.utils.spectral_norm(nn.Linear(4, 4)), (2, 4)),
+    (lambda: nn.utils.spectral_norm(nn.Conv2d(3, 4, 3)), (2, 3, 5, 5)),
+], ids=["linear", "conv dim 1", "old linear", "old conv"])
+def test_spectral_norm_updates_its_vectors_as_eager(make, shape):
     """The power iteration writes _u and _v in place (F.normalize(..., out=self._u)) and
     assigns them back: the same tensor, which is no side effect."""
     torch.manual_seed(0)
@@ -69,3 +71,21 @@ def test_assigning_another_tensor_to_a_buffer_still_raises():
     with pytest.raises(primtrace.TracingError, match="Swaps.b was assigned while tracing"):
         primtrace.jit(m)(torch.ones(3))
     assert type(m.b) is torch.Tensor and not m.b.any()
+
+
+def test_old_spectral_norm_assigns_the_weight_on_every_call_as_eager():
+    """torch.nn.utils.spectral_norm's pre-hook assigns ``module.weight`` (a plain attribute)
+    and writes _u and _v in place: the assignment is replayed with each call's weight."""
+    torch.manual_seed(0)
+    module = nn.utils.spectral_norm(nn.Linear(4, 4))
+    eager = copy.deepcopy(module)
+    jitted = primtrace.jit(module)
+    for i in range(4):
+        if i == 3:
+            module.eval(), eager.eval()
+        x = torch.randn(2, 4)
+        torch.testing.assert_close(jitted(x), eager(x))
+        torch.testing.assert_close(module.weight, eager.weight)
+        assert type(module.weight) is torch.Tensor
+        _same_state(module, eager)
+    assert primtrace.cache_info(jitted).misses == 2
