@@ -17,8 +17,10 @@ import threading
 import torch
 import torch.nn.functional as F
 from torch.nn.modules.batchnorm import _BatchNorm
+from torch.utils.hooks import BackwardHook
 
 from primtrace.ir.trace import current_trace
+from primtrace.tracer import backward_hooks
 
 _lock = threading.Lock()
 _users = 0
@@ -60,6 +62,8 @@ def _batch_norm_forward(self, input):
 
 
 _patches.append((_BatchNorm, "forward", _batch_norm_forward))
+_patches += [(BackwardHook, "setup_input_hook", backward_hooks.setup_input_hook),
+             (BackwardHook, "setup_output_hook", backward_hooks.setup_output_hook)]
 
 
 @contextlib.contextmanager

@@ -89,3 +89,62 @@ def test_old_spectral_norm_assigns_the_weight_on_every_call_as_eager():
         assert type(module.weight) is torch.Tensor
         _same_state(module, eager)
     assert primtrace.cache_info(jitted).misses == 2
+
+
+def _hooked(make, where, kinds):
+    """The module, an eager copy, and what their hooks saw (lists of tuples)."""
+    module = make()
+    eager = copy.deepcopy(module)
+    logs = []
+    for m in (module, eager):
+        log, target = [], where(m)
+        if "full" in kinds:
+            target.register_full_backward_hook(lambda mod, gi, go, log=log: log.append(("full", gi, go)))
+        if "pre" in kinds:
+            target.register_full_backward_pre_hook(lambda mod, go, log=log: log.append(("pre", go)))
+        logs.append(log)
+    return module, eager, logs
+
+
+@pytest.mark.parametrize("make, where, kinds", [
+    (lambda: nn.Linear(4, 4), lambda m: m, ["full"]),
+    (lambda: nn.Linear(4, 4), lambda m: m, ["pre"]),
+    (lambda: nn.Linear(4, 4), lambda m: m, ["full", "pre"]),
+    (lambda: nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 4)), lambda m: m[1], ["full", "pre"]),
+    (lambda: nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 4)), lambda m: m[0], ["full"]),
+], ids=["full", "pre", "both", "submodule", "first submodule"])
+def test_module_backward_hooks_see_eagers_gradients(make, where, kinds):
+    torch.manual_seed(0)
+    module, eager, (got, expected) = _hooked(make, where, kinds)
+    jitted = primtrace.jit(module)
+    for _ in range(3):
+        x = torch.randn(2, 4, requires_grad=True)
+        xe = x.detach().clone().requires_grad_()
+        y, ye = jitted(x), eager(xe)
+        torch.testing.assert_close(y, ye)
+        y.square().sum().backward(), ye.square().sum().backward()
+        torch.testing.assert_close(x.grad, xe.grad)
+        _same_state(module, eager)
+    assert len(got) == len(expected) == 3 * len(kinds)
+    for g, e in zip(got, expected):
+        assert g[0] == e[0]
+        torch.testing.assert_close(g[1:], e[1:])
+    assert primtrace.cache_info(jitted).misses == 1
+    why = primtrace.explain(jitted, torch.randn(2, 4, requires_grad=True)).fallback
+    assert why == f"a module backward hook on {type(where(module)).__name__} (autograd runs the hook)"
+
+
+def test_module_backward_hooks_without_grad_and_two_calls_in_one_backward():
+    torch.manual_seed(0)
+    module, eager, (got, expected) = _hooked(lambda: nn.Linear(4, 4), lambda m: m, ["full"])
+    jitted = primtrace.jit(module)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(jitted(x), eager(x))
+    assert got == expected == []
+    a, b = torch.randn(2, 4, requires_grad=True), torch.randn(2, 4, requires_grad=True)
+    (jitted(a).sum() + 2 * jitted(b).sum()).backward()
+    (eager(a).sum() + 2 * eager(b).sum()).backward()
+    assert len(got) == len(expected) == 2
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g[1:], e[1:])
