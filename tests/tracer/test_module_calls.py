@@ -148,3 +148,36 @@ def test_module_backward_hooks_without_grad_and_two_calls_in_one_backward():
     assert len(got) == len(expected) == 2
     for g, e in zip(got, expected):
         torch.testing.assert_close(g[1:], e[1:])
+
+
+ACTIVATIONS = {}
+
+
+def _saving(name):
+    def hook(module, inputs, output):
+        ACTIVATIONS[name] = output.detach()
+    return hook
+
+
+def test_forward_hooks_run_on_every_call_with_their_writes_replayed():
+    """Forward hooks are traced inline: one that changes the output is in the trace; writes
+    of ones that save values (a global dict through a closure, a list as a default
+    argument) are replayed after each call, as eager's run."""
+    torch.manual_seed(0)
+    module = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 4))
+    eager = copy.deepcopy(module)
+    seen = {}
+    for key, m in (("jit", module), ("eager", eager)):
+        log = seen[key] = []
+        m[1].register_forward_hook(_saving(key))
+        m[0].register_forward_pre_hook(lambda mod, args, log=log: log.append(args[0].sum()))
+        m[2].register_forward_hook(lambda mod, args, out: out * 2)
+    jitted = primtrace.jit(module)
+    for i in range(3):
+        x = torch.randn(2, 4)
+        torch.testing.assert_close(jitted(x), eager(x))
+        torch.testing.assert_close(ACTIVATIONS["jit"], ACTIVATIONS["eager"])
+        assert type(ACTIVATIONS["jit"]) is torch.Tensor
+        assert len(seen["jit"]) == len(seen["eager"]) == i + 1
+        torch.testing.assert_close(seen["jit"], seen["eager"])
+    assert primtrace.cache_info(jitted).misses == 2   # the dict's keys, guarded, changed once
