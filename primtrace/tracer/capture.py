@@ -728,6 +728,8 @@ def _check_no_proxy_escaped(trace, fn, args, kwargs, snapshot) -> None:
     roots += [(name, value) for _, _, name, value in state.reads.values()]
     if isinstance(fn, torch.nn.Module):
         roots.append(("self", fn))
+    elif getattr(fn, "__self__", None) is not None:   # a bound method: its object
+        roots.append(("self", fn.__self__))
     found = find_proxy(roots)
     if found is None:
         return

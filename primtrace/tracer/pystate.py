@@ -542,7 +542,7 @@ def find_proxy(roots, limit: int = 4 * _MAX_OBJECTS):
         if t in (list, tuple, set, frozenset):
             seen.add(id(v))
             todo += [(f"{label}[{i}]", x, depth + 1) for i, x in enumerate(v)]
-        elif t is dict:
+        elif isinstance(v, dict):   # a defaultdict too (an optimizer's state)
             seen.add(id(v))
             todo += [(f"{label}[{k!r}]", x, depth + 1) for k, x in v.items()]
         elif type(v).__module__.startswith("primtrace."):
@@ -560,6 +560,8 @@ def find_proxy(roots, limit: int = 4 * _MAX_OBJECTS):
         elif not isinstance(v, (types.FunctionType, types.MethodType)):
             seen.add(id(v))
             d = plain_dict(v)
+            if d is None and type(v).__module__.startswith("torch.optim"):
+                d = vars(v)   # an optimizer (torch's object): its state and param_groups
             if d is not None:
                 todo += [(f"{label}.{k}", x, depth + 1) for k, x in d.items()]
             klass = v if isinstance(v, type) else type(v)
