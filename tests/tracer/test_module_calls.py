@@ -181,3 +181,25 @@ def test_forward_hooks_run_on_every_call_with_their_writes_replayed():
         assert len(seen["jit"]) == len(seen["eager"]) == i + 1
         torch.testing.assert_close(seen["jit"], seen["eager"])
     assert primtrace.cache_info(jitted).misses == 2   # the dict's keys, guarded, changed once
+
+
+def test_old_weight_norm_recomputes_the_weight_on_every_call_as_eager():
+    """torch.nn.utils.weight_norm's pre-hook assigns ``module.weight`` (a plain attribute)
+    from weight_g and weight_v: replayed after each call, gradients as eager's."""
+    def make():
+        torch.manual_seed(0)
+        return nn.utils.weight_norm(nn.Linear(4, 3))   # not deep-copyable: built twice
+    module, eager = make(), make()
+    jitted = primtrace.jit(module)
+    for _ in range(3):
+        x = torch.randn(2, 4)
+        y, ye = jitted(x), eager(x)
+        torch.testing.assert_close(y, ye)
+        y.square().sum().backward(), ye.square().sum().backward()
+        torch.testing.assert_close(module.weight, eager.weight)
+        with torch.no_grad():
+            for p, q in zip(module.parameters(), eager.parameters()):
+                torch.testing.assert_close(p.grad, q.grad)
+                p -= 0.1 * p.grad
+                q -= 0.1 * q.grad
+    assert primtrace.cache_info(jitted).misses == 1
