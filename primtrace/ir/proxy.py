@@ -290,6 +290,26 @@ class SymbolicShape(tuple):
     def __repr__(self):
         return f"torch.Size({list(self)})"
 
+    # torch.Size's slices, sums and repeats are torch.Size: these stay shapes
+    def __getitem__(self, i):
+        got = tuple.__getitem__(self, i)
+        return SymbolicShape(got) if isinstance(i, slice) else got
+
+    def __add__(self, other):
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return SymbolicShape(tuple.__add__(self, other))
+
+    def __radd__(self, other):
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return SymbolicShape(tuple.__add__(other, self))
+
+    def __mul__(self, n):
+        return SymbolicShape(tuple.__mul__(self, n))
+
+    __rmul__ = __mul__
+
 
 def _stand_in_shape(shape) -> tuple:
     """The shape of a proxy's storage: a size known only at run time stands as 0 (no Python

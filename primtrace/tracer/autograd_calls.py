@@ -41,6 +41,10 @@ def record_graph_call(trace, symbol, args, kwargs):
 def needs_torch_autograd(node: Node) -> str | None:
     """Why `node` must run with torch's autograd, or None."""
     func = getattr(node.symbol, "torch_function", None)
+    from primtrace.tracer.backward_hooks import autograd_reason   # (it imports this module's peers)
+    reason = autograd_reason(func)
+    if reason is not None:
+        return reason
     if func in GRAPH_METHODS:
         return f"{func.__name__} on {node.args[0].name} (autograd runs the hook)"
     if getattr(func, "__name__", None) == "apply" and isinstance(getattr(func, "__self__", None),

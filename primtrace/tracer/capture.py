@@ -40,6 +40,7 @@ from primtrace.tracer.compiling import compiling
 from primtrace.tracer.errors import DataDependentError, OpaqueOpWarning, TracingError
 from primtrace.tracer.factories import symbolic_factories
 from primtrace.tracer.location import describe_location, user_location
+from primtrace.tracer.module_calls import module_calls
 from primtrace.tracer.meta_calls import (SymbolicMeta, as_device, plain,
                                          symbolic_metadata, symbolic_sizes, to_meta)
 from primtrace.tracer.outputs import split as split_outputs
@@ -673,11 +674,11 @@ def _acquire(fn, args, kwargs, name, numbers_as_constants: bool) -> TracingTrace
     try:
         with tracing(trace), CaptureMode(trace), trace.state.recording(), compiling(), \
                 custom_functions(functools.partial(_record_function, trace)), \
-                symbolic_factories(dispatch):
+                symbolic_factories(dispatch), module_calls():
             out = fn(*pargs, **pkwargs)
         # a dataclass, a namedtuple, an object made while tracing... as plain containers
         out, rebuild = split_outputs(out, snapshot.objects.keys() | snapshot.arg_paths.keys())
-        writes = snapshot.diff()
+        writes = snapshot.diff() + trace.state.attribute_writes()
         snapshot.restore()   # the guard checks the state a call starts from
         if writes:   # replayed after each call; the values written are extra outputs
             replay = Replay(snapshot, writes)
@@ -727,6 +728,8 @@ def _check_no_proxy_escaped(trace, fn, args, kwargs, snapshot) -> None:
     roots += [(name, value) for _, _, name, value in state.reads.values()]
     if isinstance(fn, torch.nn.Module):
         roots.append(("self", fn))
+    elif getattr(fn, "__self__", None) is not None:   # a bound method: its object
+        roots.append(("self", fn.__self__))
     found = find_proxy(roots)
     if found is None:
         return

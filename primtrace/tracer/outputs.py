@@ -27,7 +27,7 @@ from typing import Callable
 import torch
 import torch.utils._pytree as pytree
 
-from primtrace.ir.proxy import Proxy
+from primtrace.ir.proxy import Proxy, SymbolicShape
 from primtrace.tracer.pystate import find_proxy, holds_proxy
 from primtrace.tracer.user_code import plain_dict, slot_names
 
@@ -81,6 +81,10 @@ def _container(obj, existing=frozenset(), within: tuple = ()):
     t = type(obj)
     if id(obj) in existing or id(obj) in within or len(within) > _MAX_DEPTH:
         return None
+    if isinstance(obj, (torch.Size, SymbolicShape)):
+        # before pytree, whose torch.Size node (registered by torch.fx) unflattens to a
+        # tuple; a shape holding sizes known at run time is a torch.Size of ints by then
+        return list(obj), torch.Size
     node = pytree.SUPPORTED_NODES.get(t)
     if node is not None and t not in _PLAIN:   # OrderedDict, ModelOutput, registered types
         children, context = node.flatten_fn(obj)

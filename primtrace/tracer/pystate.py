@@ -58,6 +58,7 @@ def _user_functions(fn, roots: list) -> list:
     todo = [function_of(fn), getattr(fn, "__func__", None)]
     if isinstance(fn, torch.nn.Module):
         todo += [type(m) for m in fn.modules()]
+        todo += _forward_hooks(fn)   # they run while tracing: their writes are replayed too
     todo += [type(r) for r in roots]
     seen, found = set(), []
     while todo:
@@ -89,6 +90,15 @@ def _user_functions(fn, roots: list) -> list:
     return found
 
 
+def _forward_hooks(module: torch.nn.Module) -> list:
+    """The forward (pre-)hooks of `module`, its submodules and every module (global)."""
+    from torch.nn.modules import module as m
+    tables = [m._global_forward_pre_hooks, m._global_forward_hooks]
+    for sub in module.modules():
+        tables += [sub._forward_pre_hooks, sub._forward_hooks]
+    return [getattr(h, "__func__", h) for table in tables for h in table.values()]
+
+
 # --- snapshot ------------------------------------------------------------------------------
 class Snapshot:
     """Shallow copies of the plain Python state a traced function can reach (see above)."""
@@ -118,6 +128,9 @@ class Snapshot:
                     value = f.__globals__.get(name, _MISSING)
                     self.globals[key] = (f.__globals__, name, value)
                     self._walk(value, name, _DEPTH)
+            for i, value in enumerate((*(f.__defaults__ or ()),
+                                       *(f.__kwdefaults__ or {}).values())):
+                self._walk(value, f"{f.__name__}'s default {i}", _DEPTH)   # hook(m, i, o, log=log)
             for name, cell in zip(f.__code__.co_freevars, f.__closure__ or ()):
                 if id(cell) not in self.cells:
                     try:
@@ -529,7 +542,7 @@ def find_proxy(roots, limit: int = 4 * _MAX_OBJECTS):
         if t in (list, tuple, set, frozenset):
             seen.add(id(v))
             todo += [(f"{label}[{i}]", x, depth + 1) for i, x in enumerate(v)]
-        elif t is dict:
+        elif isinstance(v, dict):   # a defaultdict too (an optimizer's state)
             seen.add(id(v))
             todo += [(f"{label}[{k!r}]", x, depth + 1) for k, x in v.items()]
         elif type(v).__module__.startswith("primtrace."):
@@ -547,6 +560,8 @@ def find_proxy(roots, limit: int = 4 * _MAX_OBJECTS):
         elif not isinstance(v, (types.FunctionType, types.MethodType)):
             seen.add(id(v))
             d = plain_dict(v)
+            if d is None and type(v).__module__.startswith("torch.optim"):
+                d = vars(v)   # an optimizer (torch's object): its state and param_groups
             if d is not None:
                 todo += [(f"{label}.{k}", x, depth + 1) for k, x in d.items()]
             klass = v if isinstance(v, type) else type(v)

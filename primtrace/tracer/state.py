@@ -89,7 +89,9 @@ def _recording_getattr(self, name):
 def _recording_setattr(self, name, value):
     recorder = _active.get()
     if recorder is not None:
-        recorder.module_write(self, name)
+        if recorder.same_state_tensor(self, name, value):
+            return   # ``self._u = F.normalize(..., out=self._u)``: eager assigns the same tensor
+        recorder.module_write(self, name, value)
     _original_setattr(self, name, value)
 
 
@@ -289,6 +291,7 @@ class StateRecorder:
         self.lifted: dict = {}               # id(tensor) -> (tensor, proxy), in lift order
         self.grad_reads: list = []           # (base tensor, its .grad) read while tracing
         self.writes: list = []               # (module, name, existed, old value) assigned
+        self.attributes: dict = {}           # (id(module), name) -> (module, name, existed, old)
         self._globals: list | None = None    # _global_reads, once computed
         self.value_reads: list = []          # (tensor, its values) a ref read as numbers
         self.created: dict = {}              # id -> module the traced code made (no state)
@@ -298,21 +301,56 @@ class StateRecorder:
         if store == "__dict__" and name in _MACHINERY and name != "training" and \
                 name not in _STRUCTURE and not name.endswith("hooks") or id(owner) in self.created:
             return
+        if (id(owner), name) in self.attributes:
+            return   # the traced code's own value, replayed: no state the call starts from
         self.reads.setdefault((id(owner), store, name), (owner, store, name, value))
 
-    def module_write(self, owner, name) -> None:
+    def module_write(self, owner, name, value=None) -> None:
         if id(owner) in self.created:
             return
         d = _object_getattribute(owner, "__dict__")
         for store in (*_STRUCTURE, None):
             table = d if store is None else d.get(store, {})
             if name in table:
-                self.writes.append((owner, name, True, table[name]))
-                return
-        self.writes.append((owner, name, False, None))
+                entry = (owner, name, True, table[name])
+                break
+        else:
+            store, entry = None, (owner, name, False, None)
+        self.writes.append(entry)
+        if store is None and name not in _MACHINERY and \
+                not isinstance(value, (_Module, torch.nn.Parameter)):
+            # a plain attribute (``module.weight = w / sigma`` in spectral_norm's pre-hook):
+            # replayed after each call with that call's value, as writes to plain objects
+            self.attributes.setdefault((id(owner), name), entry)
+
+    def attribute_writes(self) -> list:
+        """The plain module attributes the traced code assigned, as pystate's writes
+        (kind, target, old, new, label), for its Replay."""
+        out = []
+        for owner, name, existed, old in self.attributes.values():
+            d = _object_getattribute(owner, "__dict__")
+            out.append(("slots", owner, {name: old} if existed else {},
+                        {name: d[name]} if name in d else {}, f"{type(owner).__name__}.{name}"))
+        return out
+
+    def same_state_tensor(self, owner, name, value) -> bool:
+        """Whether `value` is the traced version of the state tensor `owner.name` already holds
+        (written in place, or the result of an ``out=`` call into it): assigning it back is
+        eager's assignment of the same object, which changes nothing."""
+        if not isinstance(value, TensorProxy):
+            return False
+        d = _object_getattribute(owner, "__dict__")
+        for store in (*_STRUCTURE, None):
+            table = d if store is None else d.get(store, {})
+            if name in table:
+                entry = self.lifted.get(id(table[name]))
+                return entry is not None and entry[0] is table[name] and \
+                    self.trace.latest(entry[1]) is self.trace.latest(value)
+        return False
 
     def undo_writes(self) -> None:
         """Put back what the traced code assigned (a proxy must not outlive its trace)."""
+        self.attributes.clear()
         for owner, name, existed, old in reversed(self.writes):
             if existed:
                 _original_setattr(owner, name, old)
@@ -394,8 +432,9 @@ class StateRecorder:
         """Name the lifted proxies after where they come from, and build the guard (also
         over the plain objects passed as arguments, `arg_objects`: (object, name) pairs,
         whose identity the cache key holds; `force`: build one even if it checks nothing)."""
-        if self.writes:
-            owner, name = self.writes[0][:2]
+        unreplayed = [w for w in self.writes if (id(w[0]), w[1]) not in self.attributes]
+        if unreplayed:
+            owner, name = unreplayed[0][:2]
             raise SideEffectError(
                 f"{type(owner).__name__}.{name} was assigned while tracing: primtrace runs the "
                 f"trace on later calls without replaying Python assignments")

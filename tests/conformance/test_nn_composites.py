@@ -1,6 +1,6 @@
 """Conformance of the composite nn refs (refs.nn.composites: linear, glu, dropouts in eval
 mode and at p 0 and 1, scaled_dot_product_attention, batch_norm, group_norm,
-cosine_similarity, pairwise_distance, pdist; refs.nn.classification: nll_loss, cross_entropy and the
+cosine_similarity, pairwise_distance, pdist, normalize; refs.nn.classification: nll_loss, cross_entropy and the
 ranking losses) against eager: float dtypes (and eager's refusals of the others), odd
 layouts, empty and 0-d inputs, negative dims, argument errors. tests/tracer/
 test_jit_conformance.py runs these SPECS through ``primtrace.jit``. Below: batch_norm's
@@ -208,6 +208,24 @@ def _distance_samples(spec):
         yield SampleInput((x, y), {"p": 0.5}, "p 0.5")
 
 
+def _normalize_samples(spec):
+    for i, dtype in enumerate(FLOATS + (torch.int64, torch.complex64)):
+        yield SampleInput((t((4, 5), dtype, i),), {}, _name(dtype))
+    x = t((4, 5))
+    yield SampleInput((x,), {"dim": 0}, "dim 0")
+    yield SampleInput((x,), {"dim": -1, "p": 1.0}, "p 1")
+    yield SampleInput((x,), {"p": math.inf}, "p inf")
+    yield SampleInput((x,), {"p": 0.5, "eps": 0.1}, "p 0.5 eps")
+    yield SampleInput((t((5, 4), layout="transposed"),), {}, "transposed")
+    yield SampleInput((t((2, 3, 4)),), {"dim": (1, 2)}, "dims")
+    yield SampleInput((t((5,)),), {"dim": 0}, "1-d")
+    yield SampleInput((t(()),), {"dim": 0}, "0-d")
+    yield SampleInput((torch.zeros(3, 4),), {}, "zeros (eps)")
+    yield SampleInput((with_specials(t((3, 4))),), {}, "specials")
+    yield SampleInput((torch.empty(0, 5),), {}, "empty")
+    yield SampleInput((x,), {"dim": 2}, "bad dim")
+
+
 def _pdist_samples(spec):
     for i, dtype in enumerate(FLOATS + (torch.int64, torch.complex64)):
         yield SampleInput((t((5, 3), dtype, i),), {}, _name(dtype))
@@ -325,6 +343,7 @@ SPECS = [
     spec("cosine_similarity", _distance_samples),
     spec("pairwise_distance", _distance_samples),
     spec("pdist", _pdist_samples),
+    spec("normalize", _normalize_samples),
     spec("nll_loss", _class_samples),
     spec("cross_entropy", _class_samples),
     spec("margin_ranking_loss", _ranking_samples),
@@ -359,7 +378,7 @@ def fused_slice(spec, count):
 
 
 FUSED = ["linear", "glu", "scaled_dot_product_attention", "batch_norm", "group_norm",
-         "cosine_similarity", "nll_loss", "cross_entropy"]
+         "cosine_similarity", "normalize", "nll_loss", "cross_entropy"]
 
 
 @pytest.mark.filterwarnings("ignore")
@@ -424,7 +443,8 @@ TORCH_NAMES = [
     (F.scaled_dot_product_attention, RF.scaled_dot_product_attention),
     (F.batch_norm, RF.batch_norm), (torch.batch_norm, refs.batch_norm), (F.group_norm, RF.group_norm),
     (torch.group_norm, RF.group_norm), (F.cosine_similarity, RF.cosine_similarity),
-    (F.pairwise_distance, RF.pairwise_distance), (torch.pdist, RF.pdist), (F.nll_loss, RF.nll_loss),
+    (F.pairwise_distance, RF.pairwise_distance), (torch.pdist, RF.pdist), (F.normalize, RF.normalize),
+    (F.nll_loss, RF.nll_loss),
     (F.cross_entropy, RF.cross_entropy), (F.poisson_nll_loss, RF.poisson_nll_loss),
     (F.hinge_embedding_loss, RF.hinge_embedding_loss), (F.margin_ranking_loss, RF.margin_ranking_loss),
     (F.triplet_margin_loss, RF.triplet_margin_loss),

@@ -290,3 +290,26 @@ def test_a_returned_dataclass_and_replayed_state_writes_together():
     assert [r.total.item() for r in jitted] == [r.total.item() for r in eager] == [2.0, 4.0, 6.0]
     assert type(jbox.t) is torch.Tensor and torch.equal(jbox.t, ebox.t)
     assert len(jacc) == len(eacc) == 3 and all(type(a) is torch.Tensor for a in jacc)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x.shape,
+    lambda x: x.size(),
+    lambda x: x.stride(),                                 # a tuple, as in eager
+    lambda x: (x * 2, x.shape),
+    lambda x: {"shape": x.shape, "y": x + 1},
+    lambda x: Out(x + 1, x.shape),
+    lambda x: x.shape[1:],
+    lambda x: x.shape + (1,),
+    lambda x: (1,) + x.shape[:1],
+    lambda x: x.shape * 2,
+], ids=["shape", "size()", "stride()", "tensor and shape", "dict", "dataclass", "slice",
+        "sum", "reflected sum", "repeat"])
+def test_a_returned_shape_is_a_torch_size_as_in_eager(fn):
+    """torch.fx registers torch.Size with pytree as a node that unflattens to a plain tuple;
+    shapes with sizes known only at run time (the calls after a recompile for a new batch
+    size) are torch.Size too, with their slices and sums."""
+    jfn = primtrace.jit(fn)
+    for x in (torch.randn(2, 3), torch.randn(4, 3), torch.randn(5, 3)):
+        got, expected = jfn(x), fn(x)
+        _same(got, expected)   # the same container types all the way down

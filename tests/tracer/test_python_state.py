@@ -436,3 +436,14 @@ def test_primtrace_imported_through_an_unnormalized_sys_path_entry(tmp_path):
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                           env=env, cwd=str(tmp_path), timeout=300)
     assert done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_a_jitted_optimizer_step_that_makes_state_raises_rather_than_keep_a_proxy():
+    """SGD with momentum stores its momentum buffer in ``optimizer.state`` (a defaultdict
+    keyed by parameters, in torch's object): primtrace does not replay that write, and it
+    left a proxy there, silently (the next step read a wrong buffer)."""
+    p = torch.nn.Parameter(torch.randn(3))
+    p.grad = torch.ones(3)
+    opt = torch.optim.SGD([p], 0.1, momentum=0.9)
+    with pytest.raises(TracingError, match=r"(?s)self\.state\[.*\]\['momentum_buffer'\]"):
+        primtrace.jit(opt.step)()

@@ -601,6 +601,14 @@ def cosine_similarity(x1, x2, dim=1, eps=1e-8):
     return refs.sum(refs.mul(refs.true_divide(a, na), refs.true_divide(b, nb)), d)
 
 
+@ref(module=MODULE)
+def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
+    """input / max(its p-norm over dim, eps), as eager's Python computes it: the norm kept
+    as a size-1 dim, clamped, expanded and divided (into `out` when given)."""
+    denom = refs.expand_as(refs.clamp_min(refs.norm(input, p, dim, keepdim=True), eps), input)
+    return refs.div(input, denom) if out is None else refs.div(input, denom, out=out)
+
+
 def _at_least(norm, eps):
     """max(norm, eps), differentiated as the norm itself: eager clamps the norms in place
     under no_grad, so its gradient flows as if they were not clamped."""
