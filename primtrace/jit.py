@@ -753,8 +753,11 @@ class Explanation(NamedTuple):
     trace: Trace
     opaque: list  # (torch name, user source line) per opaque node, in trace order
     fallback: str | None = None
+    autocast: str | None = None   # why a call under torch.autocast runs eagerly (None: it traces)
 
     def __str__(self):
+        if self.autocast is not None:
+            return f"{self.trace.name}: under torch.autocast the call runs eagerly: {self.autocast}"
         if not self.opaque:
             lines = [f"{self.trace.name}: every op maps to primtrace refs"]
         else:
@@ -770,7 +773,14 @@ class Explanation(NamedTuple):
 def explain(fn: Callable, *args, **kwargs) -> Explanation:
     """Trace `fn` on these inputs (without running it) and list the ops primtrace has no ref for."""
     target = fn._fn if isinstance(fn, JitFunction) else fn
-    acquisition = acquire(target, args, kwargs)
+    try:
+        acquisition = acquire(target, args, kwargs)
+    except autocast.AutocastFallback as e:   # the trace without autocast, and why
+        with autocast.disabled():
+            acquisition = acquire(target, args, kwargs)
+        opaque = [(n.symbol.qualname, n.source) for n in acquisition.flat_nodes()
+                  if n.symbol.kind is SymbolKind.OPAQUE]
+        return Explanation(acquisition, opaque, None, str(e))
     opaque = [(n.symbol.qualname, n.source) for n in acquisition.flat_nodes()
               if n.symbol.kind is SymbolKind.OPAQUE]
     prims, _ = _differentiated(acquisition, OPTIONS["saved"])

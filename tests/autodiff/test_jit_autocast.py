@@ -204,3 +204,13 @@ def test_unmodelled_call_runs_eagerly_with_a_reason():
     assert [w.category for w in caught] == [primtrace.AutocastWarning]
     assert "einsum" in str(caught[0].message)
     torch.testing.assert_close(jf(a, b), f(a, b))   # outside autocast it compiles
+
+
+def test_explain_says_why_a_call_under_autocast_runs_eagerly():
+    f = lambda a, b: torch.einsum("ij,jk->ik", a, b) * 2
+    a, b = torch.randn(3, 4), torch.randn(4, 5)
+    with torch.autocast(**BF16), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        why = primtrace.explain(primtrace.jit(f), a, b)
+        assert why.autocast is not None and "einsum" in str(why)
+        assert primtrace.explain(primtrace.jit(lambda a, b: a @ b), a, b).autocast is None
