@@ -25,10 +25,10 @@ _CONV = {"conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "
          "conv_tbc", "convolution", "_convolution"}
 
 LOWER = {
-    "cpu": _CONV | {"bmm", "mm", "linalg_vecdot", "vecdot", "baddbmm", "addmm", "addbmm", "linear",
+    "cpu": _CONV | {"bmm", "mm", "linalg.vecdot", "baddbmm", "addmm", "addbmm", "linear",
                     "matmul", "prelu", "scaled_dot_product_attention"},
-    "cuda": _CONV | {"prelu", "addmm", "addmv", "addr", "matmul", "mm", "mv", "linalg_vecdot",
-                     "vecdot", "linear", "addbmm", "baddbmm", "bmm", "lstm_cell", "gru_cell",
+    "cuda": _CONV | {"prelu", "addmm", "addmv", "addr", "matmul", "mm", "mv", "linalg.vecdot",
+                     "linear", "addbmm", "baddbmm", "bmm", "lstm_cell", "gru_cell",
                      "rnn_tanh_cell", "rnn_relu_cell", "scaled_dot_product_attention"},
 }
 
@@ -50,10 +50,17 @@ FP32 = {
                        "cosine_similarity", "dist", "pdist", "cdist", "renorm", "logsumexp",
                        "grid_sample", "interpolate", "upsample", "prod", "softmax",
                        "log_softmax", "cumprod", "cumsum", "sum", "norm", "vector_norm",
-                       "matrix_norm", "binary_cross_entropy"},
+                       "linalg.vector_norm", "linalg.matrix_norm", "binary_cross_entropy"},
 }
-#: CPU casts every linalg and fft op to float32 (but vecdot, in the lower list)
-FP32_NAMESPACES = {"cpu": {"linalg", "fft"}, "cuda": set()}
+#: CPU's float32 linalg and fft ops (checked against torch 2.13 on bfloat16 inputs)
+FP32["cpu"] |= {f"linalg.{n}" for n in ("eig", "eigh", "eigvals", "eigvalsh", "inv", "inv_ex",
+                                         "qr", "svd", "svdvals", "cholesky", "cholesky_ex",
+                                         "lstsq")}
+FP32["cpu"] |= {f"fft.{n}" for n in ("fft", "fft2", "fftn", "ifft", "ifft2", "ifftn", "rfft",
+                                      "rfft2", "rfftn", "irfft", "irfft2", "irfftn", "hfft",
+                                      "hfft2", "hfftn", "ihfft", "ihfft2", "ihfftn")}
+#: ops whose autocast treatment was not checked: their calls run eagerly
+UNSURE = {"linalg.householder_product", "linalg.tensorinv", "linalg.tensorsolve"}
 
 PROMOTE = {
     "cpu": {"stack", "cat", "concat", "concatenate", "index_copy"},
@@ -64,10 +71,18 @@ PROMOTE = {
 
 #: composite ops whose inner ops autocast casts (einsum -> bmm...): the cast happens inside
 #: torch's decomposition, where the tracer (which sees the composite's ref) cannot follow
-INSIDE = {"einsum", "tensordot", "bilinear", "chain_matmul", "multi_dot", "inner",
-          "multi_head_attention_forward", "rnn_tanh", "rnn_relu", "lstm", "gru", "kron"}
+INSIDE = {"einsum", "tensordot", "bilinear", "chain_matmul", "linalg.multi_dot", "inner",
+          "multi_head_attention_forward", "rnn_tanh", "rnn_relu", "lstm", "gru"}
 
 _OPERATORS = {"__matmul__": "matmul", "__rmatmul__": "matmul", "__imatmul__": "matmul"}
+
+
+def _name(target) -> str:
+    """The op's name in the lists: linalg's and fft's with their namespace."""
+    name = _OPERATORS.get(target.name, target.name)
+    if target.namespace in ("linalg", "fft", "special"):
+        return f"{target.namespace}.{name}"
+    return name
 
 
 class AutocastFallback(TracingError):
@@ -110,17 +125,18 @@ def _device_type(args, kwargs) -> str | None:
     return None
 
 
-def active(args, kwargs) -> bool:
-    """Whether autocast is on for the device of these arguments."""
-    device = _device_type(args, kwargs)
-    return device in DEVICES and torch.is_autocast_enabled(device)
-
-
 def refuse_opaque(target, args, kwargs) -> None:
-    """A call without a ref under autocast: how autocast treats it inside is not known."""
-    if active(args, kwargs):
-        raise AutocastFallback(f"{target.namespace}.{target.name} has no primtrace ref: under "
-                               f"torch.autocast its casts are not modelled")
+    """A call without a ref under autocast. One of autocast's lists had its arguments cast
+    (cast_args): torch's call on them, run with autocast off, is eager's. Any other may be a
+    composite whose inner ops autocast casts, which is not known here."""
+    device = _device_type(args, kwargs)
+    if device not in DEVICES or not torch.is_autocast_enabled(device):
+        return
+    name = _name(target)
+    if name in LOWER[device] or name in FP32[device] or name in PROMOTE[device]:
+        return
+    raise AutocastFallback(f"{target.namespace}.{target.name} has no primtrace ref: under "
+                           f"torch.autocast its casts are not modelled")
 
 
 def _eligible(t) -> bool:
@@ -134,14 +150,15 @@ def cast_args(func, target, args, kwargs, cast):
     if (device not in DEVICES or not torch.is_autocast_enabled(device) or target.inplace
             or kwargs.get("out") is not None):   # autocast leaves in-place and out= ops alone
         return args, kwargs
-    name = _OPERATORS.get(target.name, target.name)
+    name = _name(target)
     if name in INSIDE:
-        raise AutocastFallback(f"{target.namespace}.{name} under torch.autocast: autocast casts "
-                               f"inside its decomposition, which primtrace does not model")
+        raise AutocastFallback(f"{name} under torch.autocast: autocast casts inside its "
+                               f"decomposition, which primtrace does not model")
+    if name in UNSURE:
+        raise AutocastFallback(f"{name} under torch.autocast: its casts are not modelled")
     if name in LOWER[device]:
         dtype = torch.get_autocast_dtype(device)
-    elif name in FP32[device] or (target.namespace in FP32_NAMESPACES[device]
-                                  and name not in LOWER[device]):
+    elif name in FP32[device]:
         dtype = torch.float32
     elif name in PROMOTE[device]:
         dtype = torch.get_autocast_dtype(device)

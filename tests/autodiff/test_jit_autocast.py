@@ -214,3 +214,41 @@ def test_explain_says_why_a_call_under_autocast_runs_eagerly():
         why = primtrace.explain(primtrace.jit(f), a, b)
         assert why.autocast is not None and "einsum" in str(why)
         assert primtrace.explain(primtrace.jit(lambda a, b: a @ b), a, b).autocast is None
+
+
+def _op_cases():
+    g = torch.Generator().manual_seed(0)
+    r = lambda *shape: torch.randn(*shape, generator=g)
+    a, b, t, B, C, M, P = r(4, 5), r(5, 6), r(4, 5), r(2, 3, 4), r(2, 4, 4), r(4, 6), r(1)
+    W1, W2, labels = r(2, 3, 2), r(2, 2, 2, 2), t.argmax(1)
+    return {   # per list of CPU autocast, and ops on none (computed in their inputs' dtypes)
+        "matmul": lambda: a @ b, "mm": lambda: a.mm(b), "bmm": lambda: torch.bmm(B, B.mT),
+        "addmm": lambda: torch.addmm(M, a, b), "baddbmm": lambda: torch.baddbmm(C, B.mT, B),
+        "conv1d": lambda: F.conv1d(B, W1), "conv_transpose2d": lambda: F.conv_transpose2d(B[None], W2),
+        "prelu": lambda: F.prelu(a, P),
+        "sdpa": lambda: F.scaled_dot_product_attention(B[None], B[None], B[None]),
+        "mse_loss": lambda: F.mse_loss(a @ b[:, :5], t), "cross_entropy": lambda: F.cross_entropy(a, labels),
+        "nll_loss": lambda: F.nll_loss(a.log_softmax(1), labels), "l1_loss": lambda: F.l1_loss(a, t),
+        "kl_div (opaque)": lambda: F.kl_div((a @ b[:, :5]).log_softmax(1), t.softmax(1)),
+        "bce_with_logits": lambda: F.binary_cross_entropy_with_logits(a @ b[:, :5], t.sigmoid()),
+        "prod": lambda: torch.prod(a @ b, 1), "vector_norm": lambda: torch.linalg.vector_norm(a @ b),
+        "linalg.inv": lambda: torch.linalg.inv((a @ b)[:, :4] + 4 * torch.eye(4)),
+        "cat": lambda: torch.cat([a @ b[:, :5], t]), "stack": lambda: torch.stack([a @ b[:, :5], t]),
+        "cat of bf16": lambda: torch.cat([a @ b, a @ b]),
+        "softmax": lambda: (a @ b).softmax(1), "layer_norm": lambda: F.layer_norm(a @ b, (6,)),
+        "mixed add": lambda: (a @ b) + M, "gelu": lambda: F.gelu(a @ b), "sum": lambda: (a @ b).sum(),
+    }
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_ops_of_each_autocast_list_match_eager(grad):
+    """Each op as eager autocast computes it: dtype and values (bf16 results bit for bit
+    where the op is torch's call on the cast arguments)."""
+    for name, f in _op_cases().items():
+        with torch.set_grad_enabled(grad), torch.autocast(**BF16), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            warnings.simplefilter("error", primtrace.AutocastWarning)
+            want = f()
+            got = primtrace.jit(lambda *_: f())()
+        assert got.dtype == want.dtype, name
+        torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=1e-2, msg=name)
