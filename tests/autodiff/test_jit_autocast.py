@@ -150,7 +150,11 @@ def test_autocast_state_is_part_of_the_key():
                         got, want = jm(x), model(x)
                 assert got.dtype == want.dtype == (dtype or torch.float32)
                 torch.testing.assert_close(got, want)
-    assert primtrace.cache_info(jm).misses == 3
+    info = primtrace.cache_info(jm)
+    assert info.misses == 3
+    assert [str(r).split("mismatch: ", 1)[1] for r in info.recompiles] == [
+        "expected off, actual cpu bfloat16", "expected cpu bfloat16, actual cpu float16"]
+    assert all("autocast mismatch" in str(r) for r in info.recompiles)
 
 
 def test_nested_disabled_region_and_autocast_in_the_body():
