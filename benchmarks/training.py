@@ -10,6 +10,7 @@ for backward, and each step's peak memory.
 
 W11 MLP block nn.Linear(1024, 4096) -> GELU -> nn.Linear(4096, 1024), x (4096, 1024) f32
 W12 GPT-2 block (examples/gpt.py), B=4 T=256 C=384, 6 heads, f32
+W12a W12 under torch.autocast(cpu, bfloat16) (entered in the forward; W12's parameters)
 W13 F.gelu(F.layer_norm(x + r, (C,), w, b)), x, r (8192, 1024) f32
 W14 RMSNorm written in torch on bf16 (4096, 2048), computed in f32, times a weight
 W15 F.cross_entropy(logits, target), logits (4096, 8192) f32
@@ -81,6 +82,17 @@ def w17(x):
     return F.gelu(F.dropout(x, 0.1))
 
 
+class _Autocast(nn.Module):
+    """`inner` under torch.autocast(cpu, bfloat16): eager's step and the traced casts'."""
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, *args):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return self.inner(*args)
+
+
 def _n(x: int, scale: float, least: int = 2) -> int:
     return max(least, int(x * scale))
 
@@ -103,6 +115,8 @@ def workloads(scale: float) -> dict:
         "W11": (f"MLP block 1024-4096-1024, x ({rows}, 1024) f32", mlp,
                 [randn(rows, 1024)], _square_mean),
         "W12": (f"GPT-2 block B=4 T={seq} C=384 f32", block, [randn(4, seq, 384)], _square_mean),
+        "W12a": (f"GPT-2 block B=4 T={seq} C=384 autocast bf16", _Autocast(block),
+                 [randn(4, seq, 384)], _square_mean),
         "W13": (f"gelu(layer_norm(x + r)) ({r13}, 1024) f32", w13,
                 [randn(r13, 1024), randn(r13, 1024), randn(1024), randn(1024)], _square_mean),
         "W14": (f"RMSNorm bf16 ({rows}, 2048), f32 math", w14,

@@ -6,7 +6,7 @@ checks; this object runs the same checks from a vectorcall, with no frame of its
 
 HitPath(is_grad_enabled, get_default_dtype, any_autocast) is called like the jitted function.
 It checks the entry it was last pointed at -- a tuple (check, grad_mode, dtype, fn, guard)
-given to remember() -- and, outside autocast (traces do not model its casts), calls fn(*args) (or fn(*args, *guard(args)) when the entry reads state);
+given to remember() -- and, outside autocast (calls under it take the keyed path, whose key holds autocast's state), calls fn(*args) (or fn(*args, *guard(args)) when the entry reads state);
 any other call, keyword arguments included, goes to slow(args, kwargs) (the attribute `slow`,
 set once the jitted function exists). The entry is one
 tuple read once per call, so a remember() from another thread swaps it atomically.

@@ -32,8 +32,11 @@ A graph called in grad mode with an input that requires grad (training) is diffe
 by primtrace, as ``primtrace.jit`` does: a fused forward and backward joined to autograd
 (:mod:`primtrace.autodiff.function`).
 
+Under ``torch.autocast``, or with autocast regions in the graph (``_enter_autocast`` nodes),
+the trace records autocast's casts, as ``primtrace.jit`` does.
+
 What runs in eager torch instead (``CompiledGraph.fallback_reason`` says why): graphs that
-switch autocast or enable grad inside (tracing would bake those modes in), and graphs the
+enable grad inside (tracing would bake the mode in), and graphs the
 tracer rejects (a :class:`~primtrace.tracer.TracingError`: warned once).
 
 ``import primtrace`` does not import this module, and this module does not import
@@ -102,21 +105,16 @@ def _is_aten_op(target) -> bool:
     return type(target).__name__ in ("OpOverload", "OpOverloadPacket")
 
 
-#: FX targets that switch a global mode for the ops after them: a trace would bake the mode in
-_MODE_SWITCHES = ("_enter_autocast", "_exit_autocast", "set_autocast_enabled", "_set_grad_enabled")
-
-
 def _mode_switch(graph) -> str | None:
-    """Why `graph` must run eagerly, if it changes autocast or turns grad on inside."""
+    """Why `graph` must run eagerly, if it turns grad on inside (a trace would bake the mode
+    in). Autocast switches (``_enter_autocast`` nodes) run while the graph is traced, and the
+    tracer records the casts of the autocast state each call meets (tracer/autocast.py)."""
     for node in graph.nodes:
         if node.op != "call_function":
             continue
         name = getattr(node.target, "__name__", "")
-        if name == "_set_grad_enabled":
-            if node.args and node.args[0] is True:
-                return "the graph enables grad mode inside (torch.enable_grad in the model)"
-        elif name in _MODE_SWITCHES or "autocast" in name:
-            return f"the graph switches autocast ({name}): primtrace traces do not model it"
+        if name == "_set_grad_enabled" and node.args and node.args[0] is True:
+            return "the graph enables grad mode inside (torch.enable_grad in the model)"
     return None
 
 

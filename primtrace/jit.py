@@ -51,6 +51,7 @@ from primtrace.ir.trace import Trace, current_trace
 from primtrace.ir.size_guards import GuardSet
 from primtrace.recompiles import Change, Recompile, RecompileLog, miss_changes
 from primtrace.tracer import dynamic
+from primtrace.tracer import autocast
 from primtrace.tracer.capture import TracingError, acquire
 from primtrace.tracer.prims_stage import to_prims
 from primtrace.tracer.inputs import _positional_names, cache_key
@@ -69,7 +70,7 @@ except ImportError:
     _CHitPath = None
 
 class AutocastWarning(UserWarning):
-    """A jitted function was called under torch.autocast: the call runs eagerly."""
+    """A jitted function called under torch.autocast runs eagerly: its casts are not modelled."""
 
 
 #: jit options and their defaults.
@@ -399,6 +400,7 @@ class JitFunction(functools.partial):
         self._last: list[Trace] | None = None
         self._recent: Compiled | None = None   # what the hit path checks first
         self._warned_autocast = False
+        self._autocast_eager: dict = {}   # keys under autocast whose casts are not modelled
         self._path = path
         path.set_slow(self._lookup)
         if isinstance(fn, torch.nn.Module):   # attributes stay the module's (see __getattr__)
@@ -452,14 +454,37 @@ class JitFunction(functools.partial):
         return self._call(entry, key, leaves, args, kwargs)
 
     def _under_autocast(self, args, kwargs):
-        """A call under ``torch.autocast`` runs the function as written: primtrace's traces do
-        not model autocast's casts (a trace would compute in the inputs' dtypes, or the
-        fused backward meet mixed ones). Said once per function."""
+        """A call under ``torch.autocast``: the trace records the casts autocast makes
+        (tracer/autocast.py) and runs with autocast off. Autocast's state is part of the key
+        (the default-dtype slot), and such entries never reach the hit path, which serves
+        calls outside autocast only. A call whose casts are not modelled runs eagerly, said
+        once per function with the reason."""
+        key, leaves = cache_key(args, kwargs)
+        key = ((key[0], autocast.state()), *key[1:])
+        if key in self._autocast_eager:
+            return self._fn(*args, **kwargs)
+        compiled, state = _select(self._cache.get(key), leaves)
+        if compiled is None:
+            if current_trace() is not None:  # called while tracing an outer function: inline
+                return self._fn(*args, **kwargs)
+            try:
+                compiled, state = self._miss(key, leaves, args, kwargs)
+            except autocast.AutocastFallback as e:
+                return self._autocast_fallback(key, e, args, kwargs)
+        else:
+            next(self._hits)
+        with autocast.disabled():
+            if getattr(compiled.fn, "needs_call", False):
+                return compiled.fn.call_with((args, kwargs), (*leaves, *state))
+            return compiled.fn(*leaves, *state)
+
+    def _autocast_fallback(self, key, error, args, kwargs):
+        """Calls with this key run eagerly: autocast's casts in them are not modelled."""
+        self._autocast_eager[key] = str(error)
         if not self._warned_autocast:
             self._warned_autocast = True
-            warnings.warn(f"{self!r} is called under torch.autocast, which primtrace's traces "
-                          f"do not model: such calls run the function eagerly, as written",
-                          AutocastWarning, stacklevel=3)
+            warnings.warn(f"{self!r} runs under torch.autocast eagerly: {error}",
+                          AutocastWarning, stacklevel=4)
         return self._fn(*args, **kwargs)
 
     def _call(self, entry, key, leaves, args, kwargs):
@@ -468,7 +493,12 @@ class JitFunction(functools.partial):
         if compiled is None:
             if current_trace() is not None:  # called while tracing an outer function: inline
                 return self._fn(*args, **kwargs)
-            compiled, state = self._miss(key, leaves, args, kwargs)
+            if key in self._autocast_eager:   # autocast inside the function, not modelled
+                return self._fn(*args, **kwargs)
+            try:
+                compiled, state = self._miss(key, leaves, args, kwargs)
+            except autocast.AutocastFallback as e:
+                return self._autocast_fallback(key, e, args, kwargs)
         else:
             next(self._hits)
         self._use(compiled)
@@ -723,8 +753,11 @@ class Explanation(NamedTuple):
     trace: Trace
     opaque: list  # (torch name, user source line) per opaque node, in trace order
     fallback: str | None = None
+    autocast: str | None = None   # why a call under torch.autocast runs eagerly (None: it traces)
 
     def __str__(self):
+        if self.autocast is not None:
+            return f"{self.trace.name}: under torch.autocast the call runs eagerly: {self.autocast}"
         if not self.opaque:
             lines = [f"{self.trace.name}: every op maps to primtrace refs"]
         else:
@@ -740,7 +773,14 @@ class Explanation(NamedTuple):
 def explain(fn: Callable, *args, **kwargs) -> Explanation:
     """Trace `fn` on these inputs (without running it) and list the ops primtrace has no ref for."""
     target = fn._fn if isinstance(fn, JitFunction) else fn
-    acquisition = acquire(target, args, kwargs)
+    try:
+        acquisition = acquire(target, args, kwargs)
+    except autocast.AutocastFallback as e:   # the trace without autocast, and why
+        with autocast.disabled():
+            acquisition = acquire(target, args, kwargs)
+        opaque = [(n.symbol.qualname, n.source) for n in acquisition.flat_nodes()
+                  if n.symbol.kind is SymbolKind.OPAQUE]
+        return Explanation(acquisition, opaque, None, str(e))
     opaque = [(n.symbol.qualname, n.source) for n in acquisition.flat_nodes()
               if n.symbol.kind is SymbolKind.OPAQUE]
     prims, _ = _differentiated(acquisition, OPTIONS["saved"])

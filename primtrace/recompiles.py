@@ -46,7 +46,7 @@ class Change:
 
     `kind`: what differs ("shape", "dtype", "strides", "device", "requires_grad",
     "tensor type", "number type", "structure", "constant", "specialized value",
-    "default dtype", "grad mode"; for state guards where it comes from: "training",
+    "default dtype", "autocast", "grad mode"; for state guards where it comes from: "training",
     "attribute", "submodule", "parameter", "buffer", "hooks", "global", "closure", "class",
     "argument", "grad", "state"; "evicted"). `what`: the argument path or state
     ("x", "xs[1]", "self.training", "global SCALE"). `old`, `new`: short texts of the
@@ -216,11 +216,26 @@ def _diff(path: str, a, b, out: list) -> None:
                           f"argument '{path}' structure mismatch: expected {old}, actual {new}"))
 
 
+def _autocast(state) -> str:
+    """The autocast state of a key (tracer/autocast.py's state()) in words."""
+    if state is None:
+        return "off"
+    from primtrace.tracer.autocast import DEVICES
+    on = [f"{d} {_dtype(dtype)}" for d, (enabled, dtype) in zip(DEVICES, state[0]) if enabled]
+    return ", ".join(on) + ("" if state[1] else " (cache off)")
+
+
 def key_changes(old: tuple, new: tuple, names) -> list[Change]:
     """What differs between two cache keys; `names(n)`: the names of n positional arguments."""
     out = []
-    if old[0] != new[0]:
-        a, b = _dtype(old[0]), _dtype(new[0])
+    old_dtype, old_autocast = old[0] if type(old[0]) is tuple else (old[0], None)
+    new_dtype, new_autocast = new[0] if type(new[0]) is tuple else (new[0], None)
+    if old_autocast != new_autocast:   # under autocast key[0] is (default dtype, its state)
+        a, b = _autocast(old_autocast), _autocast(new_autocast)
+        out.append(Change("autocast", "torch.autocast", a, b,
+                          f"autocast mismatch: expected {a}, actual {b}"))
+    if old_dtype != new_dtype:
+        a, b = _dtype(old_dtype), _dtype(new_dtype)
         out.append(Change("default dtype", "default dtype", a, b,
                           f"default dtype mismatch: expected {a}, actual {b} "
                           f"(torch.set_default_dtype)"))

@@ -2,6 +2,8 @@
 import importlib.metadata
 import warnings
 
+import copy
+
 import pytest
 import torch
 import torch._dynamo
@@ -266,13 +268,40 @@ class Autocast(torch.nn.Module):
         return torch.relu(y) + 1
 
 
-def test_autocast_graph_runs_eagerly():
+def test_autocast_graph_is_traced_with_its_casts():
+    """An autocast region inside the model (``_enter_autocast`` nodes in Dynamo's graph) is
+    traced with autocast's casts; so is a call under autocast: eager's dtypes and values."""
     torch.manual_seed(7)
     model, x = Autocast().eval(), inputs(2, 8)
     with torch.no_grad():
         out = torch.compile(model, backend=dynamo_backend)(x)
-        assert_matches(out, model(x))
-    assert "autocast" in dynamo_backend.last_graph().fallback_reason
+        want = model(x)
+        assert out.dtype == want.dtype == torch.bfloat16
+        torch.testing.assert_close(out, want)
+    graph = dynamo_backend.last_graph()
+    assert graph.fallback_reason is None
+    assert "convert_element_type" in str(graph.last_traces()[1])
+
+
+def test_training_under_autocast():
+    torch.manual_seed(7)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4),
+                                torch.nn.LayerNorm(4))
+    eager = copy.deepcopy(model)
+    compiled = torch.compile(model, backend=dynamo_backend)
+    for _ in range(2):
+        x = inputs(3, 8)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got, want = compiled(x), eager(x)
+        assert got.dtype == want.dtype == torch.bfloat16
+        torch.testing.assert_close(got, want)
+        got.float().pow(2).sum().backward()
+        want.float().pow(2).sum().backward()
+        for p, e in zip(model.parameters(), eager.parameters()):
+            torch.testing.assert_close(p.grad, e.grad, rtol=2e-2, atol=1e-3)
+    graph = dynamo_backend.last_graph()
+    assert graph.fallback_reason is None
+    assert "convert_element_type" in str(graph.last_traces()[1])
 
 
 def test_untraceable_graph_warns_and_runs_eagerly():

@@ -34,7 +34,7 @@ from primtrace.ir.proxy import NumberProxy, Proxy, TensorProxy, TensorSpec, Unkn
 from primtrace.ir.symbol import Symbol, SymbolKind, has_proxy
 from primtrace.ir.trace import Node, Trace, current_trace, tracing
 from primtrace.ir.tree import tree_flatten, tree_map
-from primtrace.tracer import mapping
+from primtrace.tracer import autocast, mapping
 from primtrace.tracer.autograd_calls import GRAPH_METHODS, custom_functions, record_graph_call
 from primtrace.tracer.compiling import compiling
 from primtrace.tracer.errors import DataDependentError, OpaqueOpWarning, TracingError
@@ -175,6 +175,8 @@ def dispatch(func, args, kwargs):
     written = kwargs.get("out") if isinstance(kwargs.get("out"), TensorProxy) else (
         args[0] if args and isinstance(args[0], TensorProxy) else None)
     args, kwargs = trace.resolve_args(args, kwargs)
+    if trace.depth == 0 and torch._C._is_any_autocast_enabled():   # the user's call: its casts
+        args, kwargs = autocast.cast_args(func, target, args, kwargs, _autocast_cast)
     result, refused = NotImplemented, None
     if target.ref is not None:
         sizes = _size_tables(trace)
@@ -193,6 +195,8 @@ def dispatch(func, args, kwargs):
             _restore_size_tables(trace, sizes)
             refused = e
     if result is NotImplemented:
+        if trace.depth == 0 and torch._C._is_any_autocast_enabled():
+            autocast.refuse_opaque(target, args, kwargs)
         try:
             result = record_opaque(trace, func, target, args, kwargs,
                                    refused=refused is not None)
@@ -204,6 +208,10 @@ def dispatch(func, args, kwargs):
             isinstance(result, TensorProxy) and trace.latest(written) is result):
         return written  # x.add_(y) returns x itself, as eager; reads of x see the new version
     return result
+
+
+def _autocast_cast(x, dtype):
+    return dispatch(torch.Tensor.to, (x, dtype), {})
 
 
 #: backward passes run autograd's engine, which a trace of forward ops cannot record

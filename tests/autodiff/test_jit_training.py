@@ -382,11 +382,11 @@ def test_a_result_that_is_an_input_is_the_input():
 
 
 @pytest.mark.parametrize("grad", [True, False])
-def test_calls_under_autocast_run_eagerly(grad):
-    """primtrace's traces do not model autocast: a call under it runs the function as
-    written (eager's casts, values and gradients), with a warning once; before, a call
-    without grad computed in float32 (values off by ~1), and a fused entry compiled outside
-    autocast served calls under it. Calls outside autocast stay compiled."""
+def test_calls_under_autocast_are_traced_with_its_casts(grad):
+    """A call under autocast is traced with autocast's casts (tests/autodiff/test_jit_autocast.py
+    has more): eager's dtypes, values and gradients, without a warning. Before autocast was
+    modelled, a call without grad computed in float32 (values off by ~1), and a fused entry
+    compiled outside autocast served calls under it. Each autocast state has its entry."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(6, 6), nn.GELU(), nn.LayerNorm(6), nn.Linear(6, 2))
     eager = copy.deepcopy(model)
@@ -400,22 +400,24 @@ def test_calls_under_autocast_run_eagerly(grad):
                 warnings.simplefilter("always")
                 got, want = jm(x), eager(x)
             assert got.dtype == want.dtype == torch.bfloat16
-            torch.testing.assert_close(got, want, rtol=0, atol=0)
-        assert [w.category for w in caught] == []   # said once, at the first call
+            torch.testing.assert_close(got, want)
+            assert [w.category for w in caught] == []
         if grad:
             got.float().pow(2).sum().backward()
             want.float().pow(2).sum().backward()
             for p, e in zip(model.parameters(), eager.parameters()):
-                torch.testing.assert_close(p.grad, e.grad)
-        assert primtrace.cache_info(jm).misses == 1
+                torch.testing.assert_close(p.grad, e.grad, rtol=2e-2, atol=1e-3)
+        assert primtrace.cache_info(jm).misses == 2
         torch.testing.assert_close(jm(x), eager(x))   # outside autocast: the compiled entry
-        assert primtrace.cache_info(jm).hits >= 1
+        assert primtrace.cache_info(jm).hits >= 2
 
 
 def test_autocast_warning_is_said_once_per_function():
-    jfn = primtrace.jit(lambda x: x * 2)
+    """A call whose casts are not modelled (einsum casts inside its decomposition) runs
+    eagerly under autocast, said once."""
+    jfn = primtrace.jit(lambda a, b: torch.einsum("ij,jk->ik", a, b))
     with torch.autocast("cpu", dtype=torch.bfloat16), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        jfn(torch.ones(2))
-        jfn(torch.ones(2))
+        jfn(torch.ones(2, 2), torch.ones(2, 2))
+        jfn(torch.ones(2, 2), torch.ones(2, 2))
     assert [w.category for w in caught] == [primtrace.AutocastWarning]
