@@ -74,7 +74,10 @@ PROMOTE = {
 INSIDE = {"einsum", "tensordot", "bilinear", "chain_matmul", "linalg.multi_dot", "inner",
           "multi_head_attention_forward", "rnn_tanh", "rnn_relu", "lstm", "gru"}
 
-_OPERATORS = {"__matmul__": "matmul", "__rmatmul__": "matmul", "__imatmul__": "matmul"}
+#: names the tracer sees for ops of the lists: operators, and torch.mm, which equals the
+#: builtins torch.dsmm and torch.spmm (primtrace's name table keeps the first, dsmm)
+_OPERATORS = {"__matmul__": "matmul", "__rmatmul__": "matmul", "__imatmul__": "matmul",
+              "dsmm": "mm", "spmm": "mm"}
 
 
 def _name(target) -> str:

@@ -226,7 +226,7 @@ def _op_cases():
     a, b, t, B, C, M, P = r(4, 5), r(5, 6), r(4, 5), r(2, 3, 4), r(2, 4, 4), r(4, 6), r(1)
     W1, W2, labels = r(2, 3, 2), r(2, 2, 2, 2), t.argmax(1)
     return {   # per list of CPU autocast, and ops on none (computed in their inputs' dtypes)
-        "matmul": lambda: a @ b, "mm": lambda: a.mm(b), "bmm": lambda: torch.bmm(B, B.mT),
+        "matmul": lambda: a @ b, "mm": lambda: a.mm(b), "torch.mm": lambda: torch.mm(a, b), "bmm": lambda: torch.bmm(B, B.mT),
         "addmm": lambda: torch.addmm(M, a, b), "baddbmm": lambda: torch.baddbmm(C, B.mT, B),
         "conv1d": lambda: F.conv1d(B, W1), "conv_transpose2d": lambda: F.conv_transpose2d(B[None], W2),
         "prelu": lambda: F.prelu(a, P),
