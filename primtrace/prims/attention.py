@@ -13,14 +13,17 @@ saves the forward's output and the row log-sum-exp instead, and so do these prim
 - ``sdpa_flash_backward(g, q, k, v, out, logsumexp, is_causal, scale) -> (gq, gk, gv)``:
   its backward kernel, as eager's autograd calls it.
 
-Both check when they run that torch still picks that kernel (``torch._fused_sdp_choice``:
-a ``torch.nn.attention.sdpa_kernel`` context can change it); where it does not, they run
-eager's sdpa (and its autograd) instead, laid out as the metadata says.
+The forward checks when it runs that torch still picks that kernel (``torch._fused_sdp_choice``:
+a ``torch.nn.attention.sdpa_kernel`` context can change it); where it does not, it runs
+eager's sdpa, laid out as the metadata says, and returns a stride-0 log-sum-exp (never the
+kernel's), so the backward follows the forward's kernel as eager's autograd does, whatever
+context it runs in: the kernel's backward, or eager's sdpa differentiated again.
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from primtrace.ir.proxy import TensorSpec
 from primtrace.ir.strides import dense_strides
@@ -30,7 +33,7 @@ from primtrace.prims.meta import PrimContractError, is_tensor
 
 __all__ = ["sdpa_flash", "sdpa_flash_backward"]
 
-_FLASH = int(torch.nn.attention.SDPBackend.FLASH_ATTENTION)
+_FLASH = int(SDPBackend.FLASH_ATTENTION)
 _ORDER = (0, 2, 1, 3)   # the kernel's results are (batch, length, heads, dim) in memory
 _FLOATS = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
@@ -78,9 +81,13 @@ def _flash_impl(q, k, v, is_causal, scale, strides):
             q, k, v, 0.0, is_causal, scale=scale)
         return _laid_out(out, strides), lse
     out = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale)
-    b, h, n, _ = q.shape   # unused: the backward sees it is not the fused kernel
-    return _laid_out(out, strides), torch.empty_strided((b, h, n), (n * h, 1, h),
-                                                        dtype=_lse_dtype(q.dtype))
+    b, h, n, _ = q.shape   # the mark of another kernel (the fused kernel's has strides)
+    lse = torch.full((1, 1, 1), float("nan"), dtype=_lse_dtype(q.dtype)).expand(b, h, n)
+    return _laid_out(out, strides), lse
+
+
+def _ran_fused_kernel(lse) -> bool:
+    return any(lse.stride())
 
 
 def _backward_meta(g, q, k, v, out, lse, is_causal, scale):
@@ -89,11 +96,12 @@ def _backward_meta(g, q, k, v, out, lse, is_causal, scale):
 
 
 def _backward_impl(g, q, k, v, out, lse, is_causal, scale):
-    if picks_flash(q, k, v, is_causal, scale):
+    if _ran_fused_kernel(lse):
         grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
             g, q, k, v, out, lse, 0.0, is_causal, scale=scale)
-    else:   # eager's sdpa is another kernel now: its autograd, over the forward again
-        with torch.enable_grad():
+    else:   # the forward ran eager's other kernel (math, on the CPU): its autograd, over
+        # that forward again, whatever kernel a context would pick now
+        with torch.enable_grad(), sdpa_kernel(SDPBackend.MATH):
             leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
             again = F.scaled_dot_product_attention(*leaves, is_causal=is_causal, scale=scale)
             grads = torch.autograd.grad(again, leaves, g)

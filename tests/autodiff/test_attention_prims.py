@@ -75,3 +75,27 @@ def test_a_context_that_changes_eagers_kernel():
             expected, got = _step(f, q, k, v, g), _step(jitted, q, k, v, g)
         assert torch.equal(got[0], expected[0])
         assert all(torch.equal(a, b) for a, b in zip(got[1], expected[1]))
+
+
+@pytest.mark.parametrize("forward_in", [SDPBackend.MATH, None])
+def test_the_backward_follows_the_forwards_kernel(forward_in):
+    """A forward under an sdpa_kernel context and the backward outside it (or the reverse):
+    eager's autograd differentiates the kernel its forward ran, and so does primtrace."""
+    q, k, v = (_rand(2, 3, 16, 8, dtype=torch.float32, seed=s).requires_grad_() for s in range(3))
+    g = _rand(2, 3, 16, 8, dtype=torch.float32, seed=5)
+
+    def f(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True).sin()
+
+    jitted = primtrace.jit(f, executors=[primtrace.TORCH])
+    _step(jitted, q, k, v, g)   # traced with the fused kernel
+    backward_in = SDPBackend.MATH if forward_in is None else SDPBackend.FLASH_ATTENTION
+    results = []
+    for fn in (f, jitted):
+        with sdpa_kernel(forward_in) if forward_in else torch.enable_grad():
+            out = fn(q, k, v)
+        with sdpa_kernel(backward_in):
+            results.append((out, torch.autograd.grad(out, (q, k, v), g)))
+    (expected, expected_grads), (got, grads) = results
+    assert torch.equal(got, expected)
+    assert all(torch.equal(a, b) for a, b in zip(grads, expected_grads))

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 
-
 import torch
 
 from primtrace.executors.numba import kernel_cache, launch
