@@ -277,6 +277,12 @@ def assemble(traces: list[Trace], probe=None) -> Callable:
     return run
 
 
+def _run(compiled, args, kwargs, leaves, state):
+    if getattr(compiled.fn, "needs_call", False):   # it writes into argument containers
+        return compiled.fn.call_with((args, kwargs), (*leaves, *state))
+    return compiled.fn(*leaves, *state)
+
+
 def _select(entry, leaves):
     """(compiled, state inputs) from a cache slot for this call, or (None, None)."""
     if entry.__class__ is _Specialized:
@@ -461,22 +467,7 @@ class JitFunction(functools.partial):
         once per function with the reason."""
         key, leaves = cache_key(args, kwargs)
         key = ((key[0], autocast.state()), *key[1:])
-        if key in self._autocast_eager:
-            return self._fn(*args, **kwargs)
-        compiled, state = _select(self._cache.get(key), leaves)
-        if compiled is None:
-            if current_trace() is not None:  # called while tracing an outer function: inline
-                return self._fn(*args, **kwargs)
-            try:
-                compiled, state = self._miss(key, leaves, args, kwargs)
-            except autocast.AutocastFallback as e:
-                return self._autocast_fallback(key, e, args, kwargs)
-        else:
-            next(self._hits)
-        with autocast.disabled():
-            if getattr(compiled.fn, "needs_call", False):
-                return compiled.fn.call_with((args, kwargs), (*leaves, *state))
-            return compiled.fn(*leaves, *state)
+        return self._call(self._cache.get(key), key, leaves, args, kwargs, under_autocast=True)
 
     def _autocast_fallback(self, key, error, args, kwargs):
         """Calls with this key run eagerly: autocast's casts in them are not modelled."""
@@ -487,13 +478,14 @@ class JitFunction(functools.partial):
                           AutocastWarning, stacklevel=4)
         return self._fn(*args, **kwargs)
 
-    def _call(self, entry, key, leaves, args, kwargs):
-        """The slow part of a call: guarded or specialized entries, then a compile."""
+    def _call(self, entry, key, leaves, args, kwargs, under_autocast: bool = False):
+        """The slow part of a call: guarded or specialized entries, then a compile. A call
+        `under_autocast` runs its trace with autocast off and never reaches the hit path."""
         compiled, state = _select(entry, leaves)
         if compiled is None:
             if current_trace() is not None:  # called while tracing an outer function: inline
                 return self._fn(*args, **kwargs)
-            if key in self._autocast_eager:   # autocast inside the function, not modelled
+            if key in self._autocast_eager:   # autocast's casts in it are not modelled
                 return self._fn(*args, **kwargs)
             try:
                 compiled, state = self._miss(key, leaves, args, kwargs)
@@ -501,10 +493,11 @@ class JitFunction(functools.partial):
                 return self._autocast_fallback(key, e, args, kwargs)
         else:
             next(self._hits)
+        if under_autocast:
+            with autocast.disabled():
+                return _run(compiled, args, kwargs, leaves, state)
         self._use(compiled)
-        if getattr(compiled.fn, "needs_call", False):   # it writes into argument containers
-            return compiled.fn.call_with((args, kwargs), (*leaves, *state))
-        return compiled.fn(*leaves, *state)
+        return _run(compiled, args, kwargs, leaves, state)
 
     def _miss(self, key, leaves, args, kwargs):
         with self._lock:
