@@ -570,14 +570,13 @@ def pdist(input, p=2):
     if input.dtype in (torch.float16, torch.bfloat16):
         raise NotImplementedError(f"\"pdist\" not implemented for "
                                   f"'{dtypes.scalar_type_name(input.dtype)}'")
-    n, m = input.shape
-    if n < 2:
-        return prims.full((0,), 0, dtype=input.dtype, device=input.device)
-    shape = (n, n, m)
-    diff = prims.sub(prims.broadcast_in_dim(input, shape, (0, 2)),
-                     prims.broadcast_in_dim(input, shape, (1, 2)))
-    distances = p_norm(diff, (2,), p, input.dtype)
-    return prims.take(distances, _upper_pairs(n, input.device))
+    n = input.shape[0]
+    # the pairs' rows only: the zero diagonal's distances would give p < 1 NaN gradients,
+    # and one row still gives an empty result that autograd follows, as eager's
+    pairs = _upper_pairs(n, input.device)
+    diff = prims.sub(prims.index_select(input, 0, prims.div(pairs, n)),
+                     prims.index_select(input, 0, prims.remainder(pairs, n)))
+    return p_norm(diff, (1,), p, input.dtype)
 
 
 @ref(module=MODULE)
