@@ -48,6 +48,7 @@ that is not installed, through the registration ``import primtrace`` makes once
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import itertools
 import operator
@@ -101,6 +102,25 @@ def _torch_twin(op):
     return None
 
 
+def _sum(sizes):
+    return functools.reduce(operator.add, sizes)
+
+
+def _max(a, b):
+    from primtrace.ir.number_ops import size_max
+    return size_max(a, b)
+
+
+def _min(a, b):
+    from primtrace.ir.number_ops import size_min
+    return size_min(a, b)
+
+
+#: Dynamo's arithmetic on its symbolic sizes, as plain Python on the trace's sizes (torch's
+#: own would read their values: a guard per call's size)
+_SIZE_ARITHMETIC = {torch.sym_sum: _sum, torch.sym_max: _max, torch.sym_min: _min}
+
+
 def _is_aten_op(target) -> bool:
     return type(target).__name__ in ("OpOverload", "OpOverloadPacket")
 
@@ -144,8 +164,46 @@ def prepare(gm: torch.fx.GraphModule):
             twin = _torch_twin(node.target)
             if twin is not None:
                 node.target = twin
+        elif node.op == "call_function" and node.target in _SIZE_ARITHMETIC:
+            node.target = _SIZE_ARITHMETIC[node.target]
+    _sizes_from_tensors(graph, anchor)
     graph.lint()
     return torch.fx.GraphModule(gm, graph), attrs
+
+
+def _symbolic_dims(graph) -> dict:
+    """{input index: dims} that Dynamo made symbolic (SymInt sizes of its example inputs):
+    the jit traces them symbolic from the first call."""
+    marks = {}
+    for i, node in enumerate(n for n in graph.nodes if n.op == "placeholder"):
+        value = node.meta.get("example_value")
+        if isinstance(value, _Tensor):
+            dims = {d for d, n in enumerate(value.shape) if isinstance(n, torch.SymInt)}
+            if dims:
+                marks[i] = dims
+    return marks
+
+
+def _sizes_from_tensors(graph, anchor) -> None:
+    """Uses of a size input (Dynamo's SymInt placeholder, a dim it made dynamic) that is a
+    dim of a tensor input read that dim instead: the trace then holds it symbolic (tracer/
+    dynamic.py) with the tensor's, where an int input would be a constant of the trace
+    (torch refuses proxies as many int arguments) and a new size a new trace."""
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    dims = {}
+    for node in placeholders:
+        value = node.meta.get("example_value")
+        if isinstance(value, _Tensor):
+            for d, n in enumerate(value.shape):
+                if isinstance(n, torch.SymInt):
+                    dims.setdefault(str(n.node.expr), (node, d))
+    for node in placeholders:
+        value = node.meta.get("example_value")
+        found = dims.get(str(value.node.expr)) if isinstance(value, torch.SymInt) else None
+        if found is not None and node.users:
+            with graph.inserting_after(anchor):
+                anchor = graph.call_method("size", found)
+            node.replace_all_uses_with(anchor)
 
 
 def _as_function(gm: torch.fx.GraphModule, name: str):
@@ -187,6 +245,7 @@ class CompiledGraph:
         self._always_eager = _mode_switch(prepared.graph)
         self.fallback_reason = self._always_eager
         self.jit = jit(_as_function(prepared, name), executors=executors, **options)
+        self.jit._dynamic.marks = _symbolic_dims(gm.graph)
 
     def __call__(self, *args):
         self._backend._last = self

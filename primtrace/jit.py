@@ -171,6 +171,7 @@ def build(fn, args: tuple, kwargs: dict, executors: list[Executor], options: dic
     that also returns what its backward reads; the backward's traces (prims, optimized,
     execution) are the last trace's ``tags["backward"]`` (:mod:`primtrace.autodiff.function`)."""
     acquisition = acquire(fn, args, kwargs)
+    dynamic.check_growth(acquisition)   # state that grows each call: trace it symbolic now
     traces = [acquisition]
     if stop == "acquisition":
         return traces
@@ -529,21 +530,38 @@ class JitFunction(functools.partial):
             return compiled, state
 
     def _compile(self, key, leaves, args, kwargs) -> Compiled:
-        """Compile for this call: with symbolic dims where they are due (tracer/dynamic.py),
-        static where none are or that trace fails (the failed attempt counts as a miss)."""
+        """Compile for this call: with symbolic dims where they are due (tracer/dynamic.py:
+        the arguments', those of state tensors whose sizes changed under the same key, and
+        those of state the trace itself replaces by a grown tensor), static where none are or
+        that trace fails (the failed attempt counts as a miss)."""
         dims = self._dynamic.choose(list(self._cache), key, leaves)
-        if dims:
+        candidates = [*_compiled_in(self._cache.get(key)),
+                      *(e.compiled for e in self._dynamic.entries
+                        if e.failing(key, leaves) is not False)]
+        state = self._dynamic.choose_state(candidates, leaves)
+        if not dims and not state and self._dynamic.mode is not False:
+            try:
+                with dynamic.watching_growth(self._dynamic.static_state):
+                    return compile_fn(self._fn, args, kwargs, self._executors, self._options)
+            except dynamic.GrowingState as grown:
+                state = grown.state
+        if dims or state:
             guards = GuardSet()
             try:
-                with dynamic.compiling(dims, guards):
+                with dynamic.compiling(dims, guards, state):
                     compiled = compile_fn(self._fn, args, kwargs, self._executors, self._options)
+                undefined = dynamic.undefined_proxy(compiled.traces)
+                if undefined is not None:
+                    raise RuntimeError(f"a symbolic stride is read as a value: {undefined}")
             except Exception as e:   # a symbol this code cannot take: static from now on
                 self._misses += 1
                 compiled = compile_fn(self._fn, args, kwargs, self._executors, self._options)
-                self._dynamic.give_up(dims, e)   # (not when the call itself is eager's error)
+                self._dynamic.give_up(dims, e, state)   # (not when the call is eager's error)
                 return compiled
             else:
-                self._dynamic.add(key, leaves, dims, guards, compiled)
+                if dims:
+                    self._dynamic.add(key, leaves, dims, guards, compiled)
+                self._dynamic.pin_state(compiled, guards)
                 return compiled
         return compile_fn(self._fn, args, kwargs, self._executors, self._options)
 
@@ -676,6 +694,15 @@ for _name, _value in vars(torch.nn.Module).items():
     setattr(JitModule, _name, _module_method(_name) if isinstance(_value, types.FunctionType)
             else _module_attribute(_name))
 del _name, _value
+
+
+def _compiled_in(slot) -> list:
+    """The compiled entries of a cache slot, newest first."""
+    if slot.__class__ is _Specialized:
+        return [c for e in reversed(list(slot.table.values())) for c in _compiled_in(e)]
+    if slot.__class__ is _Guarded:
+        return list(slot.variants)
+    return [slot] if slot.__class__ is Compiled else []
 
 
 def _with_variant(slot, compiled: Compiled):

@@ -331,6 +331,9 @@ def _check_changes(origin, what, kind, expected, actual) -> list[Change]:
         return [Change(origin, what, old, "missing", f"{what} is gone (expected {old})")]
     if kind == "tensor":
         return tensor_changes(what, expected, actual)
+    if kind == "size guard":
+        return [Change("size guard", "sizes", "True", "False", f"size guard failed: {actual} "
+                       f"no longer holds (a trace with symbolic dims of state assumed it)")]
     if kind == "alias":
         return [Change(origin, what, expected, "another tensor",
                        f"{what} is no longer the same tensor as {expected}")]

@@ -321,3 +321,20 @@ def test_untraceable_graph_warns_and_runs_eagerly():
 def test_compile_modes_are_rejected():
     with pytest.raises(ValueError, match="no compile modes"):
         dynamo_backend(torch.fx.symbolic_trace(lambda x: x + 1), [], mode="max-autotune")
+
+
+def test_a_growing_kv_cache_runs_one_trace_per_graph():
+    """Dynamo makes the cache's length symbolic on its second size (a graph with SymInt
+    inputs); the backend traces those dims symbolic from that graph's first call, and the
+    graph's size inputs read them (`torch.sym_sum` on them too): one trace per graph."""
+    from tests.tracer.test_state_dynamic import attend, decode
+    torch._dynamo.reset()
+    w = torch.randn(8, 24) / 3
+    step = torch.compile(attend, backend="primtrace")
+    want, _ = decode(attend, w, 10)
+    got, _ = decode(step, w, 10)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+    graphs = primtrace.dynamo.graphs()
+    assert [primtrace.cache_info(g.jit).misses for g in graphs] == [1] * len(graphs)
+    assert any(g.jit._dynamic.marks for g in graphs)

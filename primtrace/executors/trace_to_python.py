@@ -215,7 +215,9 @@ def _layout_checks(node: Node, outputs: list, em: _Emitter) -> list[str]:
     lines = []
     for p in outputs:
         if isinstance(p, torch.Tensor) and sum(not isinstance(n, int) or n > 1
-                                               for n in p.shape) >= 2:
+                                               for n in p.shape) >= 2 and all(
+                isinstance(s, int) for s in p.stride()):   # (symbolic strides: no kernel
+            # of ours reads such a tensor; torch's calls take any layout)
             strides = tuple(p.stride())
             fix = em.bind(with_strides, "with_strides")
             lines.append(f"if {p.name}.stride() != {strides!r}: "

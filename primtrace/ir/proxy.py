@@ -330,8 +330,10 @@ class TensorProxy(Proxy, torch.Tensor):
     @staticmethod
     def __new__(cls, name: str, spec: TensorSpec, requires_grad: bool = False):
         symbolic = has_symbolic(spec.shape)
-        if has_symbolic(spec.strides):
-            stride = next(s for s in spec.strides if isinstance(s, NumberProxy))
+        unbacked = [s for s in spec.strides if isinstance(s, NumberProxy)
+                    and not isinstance(s.value, Hint)]
+        if unbacked:   # (a symbolic input dim's strides are polynomials of hinted sizes)
+            stride = unbacked[0]
             if _unknown_read is not None:   # the tracer raises its DataDependentError
                 _unknown_read(Unknown(f"{stride.name}, a stride of a tensor of shape "
                                       f"{list(spec.shape)} (primtrace keeps strides "
@@ -340,7 +342,7 @@ class TensorProxy(Proxy, torch.Tensor):
             raise RuntimeError(f"a stride of {name} depends on a size known only at run time")
         with _no_torch_function():  # the tracer's mode must not see this allocation
             storage = torch.empty_strided(_stand_in_shape(spec.shape) if symbolic
-                                          else tuple(spec.shape), tuple(spec.strides),
+                                          else tuple(spec.shape), _stand_in_shape(spec.strides),
                                           dtype=spec.dtype, device="meta")
             self = torch.Tensor._make_subclass(cls, storage, False)
         d = self.__dict__

@@ -81,6 +81,11 @@ def collecting(guards: GuardSet):
         _active.reset(token)
 
 
+def active() -> GuardSet | None:
+    """The guard set of the jit compile running in this context (None outside one)."""
+    return _active.get()
+
+
 def hinted(x) -> bool:
     """Whether `x` is an int whose trace-time value is a hint (a symbolic input dim, or
     arithmetic on such dims)."""

@@ -2,7 +2,9 @@
 creation refs and memory formats all do).
 
 A shape may hold a size known only at run time (``x[mask]``'s rows: a
-:class:`~primtrace.ir.proxy.SizeProxy`); strides stay concrete ints. A layout is computed
+:class:`~primtrace.ir.proxy.SizeProxy`); strides stay concrete ints, except where every such
+size is a symbolic input dim (a hint): then a layout that depends on it is computed on the
+proxies themselves, its strides size polynomials. A layout is computed
 on two runs of stand-in values for such sizes (distinct primes: dims that may hold several
 elements); where the strides agree they hold for every size, as for the rows of a
 row-major (n, 5) tensor, (5, 1). Where they differ (a row-major (5, n): its first stride
@@ -16,6 +18,13 @@ def _symbolic(value) -> bool:
         return any(_symbolic(v) for v in value)
     from primtrace.ir.proxy import NumberProxy
     return isinstance(value, NumberProxy)
+
+
+def _all_hinted(value) -> bool:
+    from primtrace.ir.proxy import NumberProxy
+    from primtrace.ir.size_guards import hinted
+    from primtrace.ir.tree import tree_flatten
+    return all(hinted(x) for x in tree_flatten(value) if isinstance(x, NumberProxy))
 
 
 def _names(value) -> str:
@@ -45,6 +54,8 @@ def with_stand_ins(layout, shape, *args):
     if len(results) == 1:
         return results.pop()
     from primtrace.ir import proxy
+    if _all_hinted((shape, args)):   # symbolic input dims: strides as size polynomials
+        return layout(shape, *args)
     what = (f"{_names((shape, args))} to lay out a tensor of shape {list(shape)} (its "
             f"strides would depend on it; primtrace keeps strides concrete: such a size must "
             f"be the outermost dim of the layout)")

@@ -34,7 +34,7 @@ from primtrace.ir.proxy import NumberProxy, Proxy, TensorProxy, TensorSpec, Unkn
 from primtrace.ir.symbol import Symbol, SymbolKind, has_proxy
 from primtrace.ir.trace import Node, Trace, current_trace, tracing
 from primtrace.ir.tree import tree_flatten, tree_map
-from primtrace.tracer import autocast, mapping
+from primtrace.tracer import autocast, dynamic, mapping
 from primtrace.tracer.autograd_calls import GRAPH_METHODS, custom_functions, record_graph_call
 from primtrace.tracer.compiling import compiling
 from primtrace.tracer.errors import DataDependentError, OpaqueOpWarning, TracingError
@@ -146,6 +146,13 @@ class TracingTrace(Trace):
 
 
 # --- the dispatcher ----------------------------------------------------------------------------
+#: metadata of a state tensor the proxy answers (its sizes may be symbolic: a KV cache's length)
+_METADATA = {"shape.__get__": lambda t: t.shape, "ndim.__get__": lambda t: t.ndim,
+             "dtype.__get__": lambda t: t.dtype, "device.__get__": lambda t: t.device,
+             "numel": TensorProxy.numel, "size": TensorProxy.size, "dim": TensorProxy.dim,
+             "stride": TensorProxy.stride}
+
+
 def dispatch(func, args, kwargs):
     """Turn one torch-level call on proxies into refs (or an opaque node) in the current trace."""
     trace = current_trace()
@@ -168,6 +175,8 @@ def dispatch(func, args, kwargs):
         state.note_frames(sys._getframe(1))
         if target.name == "grad.__get__":
             return state.grad_of(args[0])   # an input's .grad is state too, read per call
+        if target.name in _METADATA and args and isinstance(args[0], TensorProxy):
+            return _METADATA[target.name](*args, **kwargs)   # its sizes may be symbolic
     if target.name == "__iter__":
         return iter(dispatch(torch.Tensor.unbind, args[:1], {}))
     if func in GRAPH_METHODS:
@@ -678,6 +687,7 @@ def _acquire(fn, args, kwargs, name, numbers_as_constants: bool) -> TracingTrace
                                      numbers_as_constants, namer, tensors)
     trace.inputs, trace.input_structure = inputs, (pargs, pkwargs)
     trace.state = StateRecorder(fn, trace, tensors)
+    trace.state.namer = namer
     snapshot, replay = Snapshot(fn, pargs, pkwargs), None
     try:
         with tracing(trace), CaptureMode(trace), trace.state.recording(), compiling(), \
@@ -712,6 +722,9 @@ def _acquire(fn, args, kwargs, name, numbers_as_constants: bool) -> TracingTrace
     _check_no_proxy_escaped(trace, fn, args, kwargs, snapshot)
     if replay is not None:
         trace.tags["replay"] = replay
+        grown = dynamic.grown_state(writes, trace.state)
+        if grown:
+            trace.tags["grown_state"] = grown
     if guard is not None:
         trace.inputs = [*inputs, *guard.proxies]
         trace.tags["guard"] = guard

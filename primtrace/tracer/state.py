@@ -37,7 +37,10 @@ import types
 
 import torch
 
+from primtrace.ir import size_guards
 from primtrace.ir.proxy import TensorProxy, TensorSpec
+from primtrace.tracer import dynamic
+from primtrace.tracer.dynamic import tensor_key
 from primtrace.tracer.user_code import (MACHINERY as _MACHINERY, function_of as _function_of,
                                         global_names, library_code as _library_code,
                                         plain_dict)
@@ -156,6 +159,8 @@ class _Code:
         # ((origin, readable name), kind, expected value, expression of the actual value)
         self.where: list[tuple] = []
         self.fetch_where: list[tuple] = []   # per fetch, (origin, readable name)
+        self.tensors: dict[int, str] = {}   # check index -> the tensor a metadata check reads
+        self.symbolic: dict[str, tuple] = {}   # fetched state -> (symbolic dims, its name)
         self.budget = 4096   # item checks left: a huge structure is checked in part
         self._classes: set = set()
         self.written_classes: set = set()   # classes whose attributes the code assigns
@@ -246,9 +251,26 @@ class _Code:
             self.check(f"same_items({expr}, {self.const(tuple(table.values()))})", what,
                        "items", dict(table), f"dict({expr})")
 
-    def check_tensor(self, expr: str, t: torch.Tensor, what: tuple = ("state", "")) -> None:
+    def check_tensor(self, expr: str, t: torch.Tensor, what: tuple = ("state", ""),
+                     dims: tuple = ()) -> None:
+        """`expr`'s metadata is `t`'s; the sizes of its symbolic `dims` (automatic dynamic
+        dims of state) any the trace serves."""
+        self.tensors[len(self.checks)] = expr
+        if dims:
+            key = dynamic.tensor_pattern(t, dims)
+            self.check(f"tensor_pattern({expr}, {dims!r}) == {self.const(key)}",
+                       (what[0], what[1] or expr), "tensor", key,
+                       f"tensor_pattern({expr}, {dims!r})")
+            return
         self.check(f"tensor_key({expr}) == {self.const(tensor_key(t))}",
                    (what[0], what[1] or expr), "tensor", tensor_key(t), f"tensor_key({expr})")
+
+    def check_sizes(self, guards, env: dict) -> None:
+        """The size guards of a trace with symbolic dims hold for the sizes of this call
+        (`env`: base name -> expression of its value)."""
+        text = "{" + ", ".join(f"{b!r}: {e}" for b, e in env.items()) + "}"
+        actual = f"failing_size_guard({self.const(guards, 'sizes')}, {text})"
+        self.check(f"{actual} is None", ("size guard", "sizes"), "size guard", None, actual)
 
     def source(self) -> str:
         lines = ["def guard(leaves):", "    try:"]
@@ -266,12 +288,6 @@ def _plain_items(value):
     if type(value) in (dict, list, tuple):
         return value
     return plain_dict(value)
-
-
-def tensor_key(t) -> tuple:
-    """What a state tensor must keep for a trace to stay valid (as for argument tensors)."""
-    return (t.dtype, t.shape, t.device, True if t.is_contiguous() else t.stride(),
-            t.requires_grad)
 
 
 def same_items(table, expected: tuple) -> bool:
@@ -295,6 +311,9 @@ class StateRecorder:
         self._globals: list | None = None    # _global_reads, once computed
         self.value_reads: list = []          # (tensor, its values) a ref read as numbers
         self.created: dict = {}              # id -> module the traced code made (no state)
+        self.symbolic: dict = {}             # id(tensor) -> {dim: base} of symbolic state dims
+        self.labels: dict = {}               # id(tensor) -> its readable name (finish)
+        self.namer = None                    # the trace's Namer (capture sets it)
 
     # recording ---------------------------------------------------------------------------
     def module_read(self, owner, store, name, value) -> None:
@@ -383,10 +402,14 @@ class StateRecorder:
             return found[1]
         entry = self.lifted.get(id(t))
         if entry is None:   # a name no user input can have (renamed in finish)
-            proxy = self.trace.tensor(TensorSpec.of(t), name=f"__pt_state{len(self.lifted)}",
+            spec = dynamic.state_spec(self.trace, t, self.namer)
+            proxy = self.trace.tensor(spec or TensorSpec.of(t),
+                                      name=f"__pt_state{len(self.lifted)}",
                                       requires_grad=t.requires_grad)
             proxy.__dict__["_leaf"] = t.is_leaf
             entry = self.lifted[id(t)] = (t, proxy)
+            if spec is not None:   # symbolic dims: read from the tensor at run time
+                self.symbolic[id(t)] = dynamic.record_state_dims(self.trace, proxy)
         return entry[1]
 
     def real(self, proxy):
@@ -494,16 +517,21 @@ class StateRecorder:
                  ("grad", f"{texts.get(id(base), ('', 'x'))[1]}.grad"))
         self._search_containers(sources, names, code, (paths, dotted), arg_objects, texts)
 
-        state = []
+        state, env = [], {}
         for t, proxy in self.lifted.values():
             expr = sources.get(id(t))
             if expr is None:   # reached some other way: held, and its metadata checked
                 expr = code.const(t, "held")
             var = f"s{len(state)}"
             what = texts.get(id(t), ("state", names.get(id(t), proxy.name)))
+            self.labels[id(t)] = what[1]
             code.fetches.append(f"{var} = {expr}")
             code.fetch_where.append(what)
-            code.check_tensor(var, t, what)
+            dims = self.symbolic.get(id(t), {})
+            code.check_tensor(var, t, what, tuple(sorted(dims)))
+            if dims:
+                code.symbolic[var] = (tuple(sorted(dims)), what[1])
+                env.update({base: f"{var}.shape[{d}]" for d, base in dims.items()})
             proxy.__dict__["_name"] = namer(names.get(id(t), proxy.name))
             state.append(proxy)
         for tid, t in read_tensors.items():   # read but not used: the metadata still counts
@@ -514,6 +542,10 @@ class StateRecorder:
             origin, name = texts.get(id(t), ("state", expr))
             code.check(f"{expr}.tolist() == {code.const(value, 'v')}",
                        (origin, f"the values of {name}"), "values", value, f"{expr}.tolist()")
+        if env:   # symbolic state dims: the trace's size guards, over every base
+            env.update({base: f"leaves[{leaf}].shape[{d}]" for base, (leaf, d, _) in
+                        self.trace.tags.get("input_dims", {}).items()})
+            code.check_sizes(size_guards.active(), env)
         code.fetches.append(f"state = [{', '.join(f's{i}' for i in range(len(state)))}]")
         if not code.checks and not state and not force:
             return None
@@ -645,12 +677,15 @@ class Guard:
     def __init__(self, code: _Code, state: list):
         self.source = code.source()
         self.proxies = state
-        namespace = {"tensor_key": tensor_key, "same_items": same_items, **code.consts}
+        namespace = {"tensor_key": tensor_key, "same_items": same_items,
+                     "tensor_pattern": dynamic.tensor_pattern,
+                     "failing_size_guard": dynamic.failing_size_guard, **code.consts}
         exec(compile(self.source, "<primtrace guard>", "exec"), namespace)  # noqa: S102
         self.check = namespace["guard"]
         # what primtrace.recompiles reads to say which check failed (on a miss only)
         self.namespace, self.fetches, self.checks = namespace, code.fetches, code.checks
         self.where, self.fetch_where = code.where, code.fetch_where
+        self.tensors, self.symbolic = code.tensors, code.symbolic
 
     def __repr__(self):
         return f"<primtrace guard over {len(self.proxies)} state tensor(s)>"

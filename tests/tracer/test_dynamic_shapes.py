@@ -9,6 +9,8 @@ import os
 import random
 import sys
 
+import warnings
+
 import pytest
 import torch
 
@@ -96,13 +98,18 @@ def test_only_sizes_differ_or_no_dynamic_trace():
     assert misses(jf) == 3 and not symbolic(jf)
 
 
-def test_an_inner_dim_stays_static():
-    """Strides stay concrete: only a tensor's outermost dim is symbolic."""
-    jf = primtrace.jit(lambda x: x.sum(0))
-    for n in (3, 4, 5):
+def test_an_inner_dim_is_static_unless_marked():
+    """Automatic symbolic dims are outermost ones (a reduction over an inner symbolic dim
+    would not fuse); a marked inner dim is symbolic (the outer strides become size
+    polynomials) from size 2: size 1 stays specialized (its stride is free)."""
+    def f(x):
+        return x.sum(0) + x[1]
+    jf, jm = primtrace.jit(f), primtrace.jit(f)
+    for n in (3, 4, 5, 9, 1, 7):
         x = torch.randn(2, n)
-        torch.testing.assert_close(jf(x), x.sum(0))
-    assert misses(jf) == 3
+        torch.testing.assert_close(jf(x), f(x))
+        torch.testing.assert_close(jm(primtrace.mark_dynamic(x.clone(), 1)), f(x))
+    assert misses(jf) == 6 and misses(jm) == 2
 
 
 # --- programs --------------------------------------------------------------------------------
@@ -131,14 +138,15 @@ def test_gpt_block_over_batch_sizes():
 
 
 def test_transformer_encoder_layer_over_sequence_lengths():
-    """Sequence-first (S, N, E): the length is the outermost dim. Attention is torch's
-    multi_head_attention_forward call there (its ref reads sizes): one trace serves every
-    length after the first."""
+    """Sequence-first (S, N, E): the length is the outermost dim, and an inner one of the
+    attention's (N * heads, S, head size) views, whose strides are then size polynomials:
+    one trace serves every length after the first, attention traced through its ref."""
     torch.manual_seed(0)
     layer = torch.nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32,
                                              dropout=0.0).eval()
     jl = primtrace.jit(layer)
-    with torch.no_grad(), pytest.warns(primtrace.OpaqueOpWarning):
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", primtrace.OpaqueOpWarning)
         for s in range(1, 33):
             run(jl, layer, torch.randn(s, 2, 16), rtol=1e-4, atol=1e-5)
     assert misses(jl) == 2

@@ -4,8 +4,8 @@ A trace with a symbolic input dim (:mod:`primtrace.tracer.dynamic`) holds
 :class:`~primtrace.ir.proxy.SizeProxy` sizes whose trace-time value is a hint. The CPU
 kernels already take every size and stride as an argument; only their launchers and plans
 fixed them. Here a region's sizes become Python expressions of its inputs' shapes, read when
-the launcher runs, so one kernel serves every size. Strides stay concrete (only sizes that
-are a factor of no stride are symbolic: ``primtrace.ir.strides``).
+the launcher runs, so one kernel serves every size. A tensor whose strides are symbolic (an
+inner symbolic dim's outer strides) is not fused: its ops run as torch's calls.
 
 Decisions that only affect speed (cost model, serial or parallel loop, block sizes) read
 the hints without a guard; a decision that affects values never reads a symbolic size: a
