@@ -12,6 +12,11 @@ import is_compiling``) is not reached.
 
 ``torch.compiler.is_dynamo_compiling()`` and ``is_exporting()`` stay False: code behind them
 uses Dynamo's or export's own APIs.
+
+For the same time, torch's C++ grouping of tensors by device and dtype
+(``torch._C._group_tensors_by_device_and_dtype``: ``clip_grad_norm_``, foreach optimizers)
+groups traced tensors in Python, by the devices and dtypes they stand for (the C++ one
+reads their storage's ``meta`` device).
 """
 from __future__ import annotations
 
@@ -32,8 +37,29 @@ def tracing_here() -> bool:
     return getattr(_local, "depth", 0) > 0
 
 
+def _group_by_device_and_dtype(tensorlistlist, with_indices: bool = False):
+    """torch._C._group_tensors_by_device_and_dtype in Python, on the tensors' own device and
+    dtype attributes: {(device, dtype): (lists of the tensors in that group, their indices
+    or None)}, grouped by the first list's tensors."""
+    if not tracing_here():
+        return _original_grouping(tensorlistlist, with_indices)
+    groups: dict = {}
+    for i, t in enumerate(tensorlistlist[0]):
+        lists, indices = groups.setdefault((t.device, t.dtype),
+                                           ([[] for _ in tensorlistlist], []))
+        for j, tensors in enumerate(tensorlistlist):
+            if tensors:   # (an empty list stays empty in every group)
+                lists[j].append(tensors[i])
+        indices.append(i)
+    return {k: (lists, indices if with_indices else None) for k, (lists, indices) in groups.items()}
+
+
+_original_grouping = torch._C._group_tensors_by_device_and_dtype
+
+
 def _install() -> None:
     global _original
+    torch._C._group_tensors_by_device_and_dtype = _group_by_device_and_dtype
     original = torch.compiler.is_compiling
 
     @functools.wraps(original)
@@ -48,6 +74,7 @@ def _install() -> None:
 
 def _uninstall() -> None:
     global _original
+    torch._C._group_tensors_by_device_and_dtype = _original_grouping
     if getattr(torch.compiler.is_compiling, "__primtrace__", False):
         torch.compiler.is_compiling = _original   # unless someone replaced it since
     _original = None

@@ -421,3 +421,25 @@ def test_autocast_warning_is_said_once_per_function():
         jfn(torch.ones(2, 2), torch.ones(2, 2))
         jfn(torch.ones(2, 2), torch.ones(2, 2))
     assert [w.category for w in caught] == [primtrace.AutocastWarning]
+
+@pytest.mark.parametrize("foreach", [None, False, True])
+def test_clip_grad_norm_inside_jit_matches_eager(foreach):
+    """torch's C++ grouping of tensors by device and dtype is done in Python on traced
+    tensors (it read them as meta): the gradients are clipped in place as eager's."""
+    torch.manual_seed(0)
+    first, second = torch.nn.Linear(4, 8), torch.nn.Linear(8, 2).double()
+    model = torch.nn.ModuleList([first, second])   # parameters of two dtypes: two groups
+    second(first(torch.randn(5, 4)).double()).square().sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+
+    def clip():
+        return torch.nn.utils.clip_grad_norm_(list(model.parameters()), 0.5, foreach=foreach)
+    want = clip()
+    clipped = [p.grad.clone() for p in model.parameters()]
+    jitted = primtrace.jit(clip)
+    for _ in range(2):
+        for p, g in zip(model.parameters(), grads):
+            p.grad = g.clone()
+        torch.testing.assert_close(jitted(), want)
+        for p, g in zip(model.parameters(), clipped):
+            torch.testing.assert_close(p.grad, g)
