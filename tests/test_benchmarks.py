@@ -73,6 +73,15 @@ def test_variable_batch_benchmark_runs():
     assert "| primtrace.jit | 2 |" in done.stdout
 
 
+def test_decoding_benchmark_runs():
+    """W18 on 6 tokens: tokens equal eager's (the script exits otherwise), three traces."""
+    args = ["--no-compile", "--tokens", "6", "--batches", "2", "--rounds", "1"]
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "decoding.py"), *args],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "| primtrace.jit | 3 |" in done.stdout, done.stdout
+
+
 def test_models_benchmark_runs():
     """Two tiny library models (transformers' DistilBERT; torchvision's MobileNet is skipped
     with a note where torchvision is absent, as in CI), jit only, one short round."""
