@@ -720,6 +720,8 @@ def _acquire(fn, args, kwargs, name, numbers_as_constants: bool) -> TracingTrace
         snapshot.restore()
         trace.state.undo_writes()   # no proxy may outlive the trace in a module
     _check_no_proxy_escaped(trace, fn, args, kwargs, snapshot)
+    if trace.state.copied:   # state taken as a row-major copy must only be read
+        dynamic.check_copied_state(trace, trace.state.copied)
     if replay is not None:
         trace.tags["replay"] = replay
         grown = dynamic.grown_state(writes, trace.state)

@@ -135,9 +135,12 @@ def input_spec(trace, name: str, x, leaf: int, namer):
 
 def state_spec(trace, t, namer):
     """The spec of state tensor `t` (one the function reads besides its arguments: a KV
-    cache's keys), with the dims this compile holds symbolic as sizes; None when none."""
+    cache's keys), with the dims this compile holds symbolic as sizes; None when none.
+    The spec is row-major: a tensor laid out otherwise (a cache that starts as views of the
+    prompt's projection) is passed as a contiguous copy, which the trace must only read
+    (``check_copied_state``)."""
     found = (_state.get() or {}).get(id(t))
-    if not found or not t.is_contiguous():   # (its symbolic strides are row-major ones)
+    if not found:
         return None
     dims, label = found
     return _symbolic_spec(trace, label, t, dims, namer, trace.tags.setdefault("state_dims", {}),
@@ -217,8 +220,7 @@ def grown_state(writes, recorder) -> dict:
             if not isinstance(p, TensorProxy) or id(t) not in recorder.lifted or \
                     id(t) in recorder.symbolic or id(t) not in recorder.labels:
                 continue
-            if any(not isinstance(n, int) for n in p.shape) or not p.is_contiguous() or \
-                    not t.is_contiguous():   # (the trace holds the tensor read row-major)
+            if any(not isinstance(n, int) for n in p.shape) or not p.is_contiguous():
                 continue
             dims = state_changes(tensor_key(t), (p.dtype, tuple(p.shape), p.device, True,
                                                  p.requires_grad))
@@ -262,6 +264,25 @@ def undefined_proxy(traces) -> str | None:
     return None
 
 
+def check_copied_state(trace, copied: dict) -> None:
+    """Raise where the trace writes into a state tensor it takes as a contiguous copy
+    (`copied`: {its proxy's name while tracing: the proxy}), or into a view of it, or returns
+    one of them (the copy would stand for the user's tensor there): a dynamic trace then
+    fails, and the call is traced static."""
+    roots = trace.alias_root
+    for node in trace.flat_nodes():
+        if "inplace" in node.symbol.tags:
+            for dst in (node.args[0] if node.args else None, node.kwargs.get("out")):
+                if isinstance(dst, TensorProxy) and (
+                        roots.get(dst.name, dst.name) in copied or
+                        any(dst is p for p in copied.values())):
+                    raise RuntimeError(f"{node.symbol.name} writes into state the trace "
+                                       f"takes as a copy")
+    for q in proxies_in(trace.outputs):
+        if roots.get(q.name, q.name) in copied or any(q is p for p in copied.values()):
+            raise RuntimeError("the trace returns state it takes as a copy (or a view of it)")
+
+
 # --- state guards ---------------------------------------------------------------------------
 def tensor_key(t) -> tuple:
     """What a state tensor must keep for a trace to stay valid (as for argument tensors)."""
@@ -269,12 +290,13 @@ def tensor_key(t) -> tuple:
             t.requires_grad)
 
 
-def tensor_pattern(t, dims: tuple) -> tuple:
+def tensor_pattern(t, dims: tuple, any_layout: bool = False) -> tuple:
     """A state tensor's key (``state.tensor_key``) with the sizes of its symbolic `dims` as
-    None where they are at least `lowest` (what a trace with those dims serves)."""
+    None where they are at least `lowest` (what a trace with those dims serves); its layout
+    None where the trace takes a contiguous copy of any layout (`any_layout`)."""
     shape = tuple(None if d in dims and n >= lowest(d) else n for d, n in enumerate(t.shape))
-    return (t.dtype, shape, t.device, True if t.is_contiguous() else t.stride(),
-            t.requires_grad)
+    layout = None if any_layout else True if t.is_contiguous() else t.stride()
+    return (t.dtype, shape, t.device, layout, t.requires_grad)
 
 
 def failing_size_guard(guards, env: dict) -> str | None:
@@ -288,9 +310,10 @@ def state_changes(old, new) -> set | None:
     from the key `old` a trace was guarded on in sizes alone; None where it differs otherwise
     or no dim is eligible."""
     if old[0] != new[0] or old[2] != new[2] or old[4:] != new[4:] or len(old[1]) != len(new[1]):
-        return None   # (the layout may differ: the new trace is for a contiguous tensor)
+        return None   # (the layouts may differ: the trace takes a row-major tensor, a copy
+        # of one laid out otherwise, see state_spec)
     dims = {d for d, (m, n) in enumerate(zip(old[1], new[1])) if m != n}
-    if not dims or not all(_eligible(new, d) for d in dims):
+    if not dims or not all(_eligible((*new[:3], True, *new[4:]), d) for d in dims):
         return None
     return dims
 

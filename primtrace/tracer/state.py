@@ -252,15 +252,15 @@ class _Code:
                        "items", dict(table), f"dict({expr})")
 
     def check_tensor(self, expr: str, t: torch.Tensor, what: tuple = ("state", ""),
-                     dims: tuple = ()) -> None:
+                     dims: tuple = (), any_layout: bool = False) -> None:
         """`expr`'s metadata is `t`'s; the sizes of its symbolic `dims` (automatic dynamic
-        dims of state) any the trace serves."""
+        dims of state) any the trace serves, and any layout where it takes a copy."""
         self.tensors[len(self.checks)] = expr
         if dims:
-            key = dynamic.tensor_pattern(t, dims)
-            self.check(f"tensor_pattern({expr}, {dims!r}) == {self.const(key)}",
-                       (what[0], what[1] or expr), "tensor", key,
-                       f"tensor_pattern({expr}, {dims!r})")
+            key = dynamic.tensor_pattern(t, dims, any_layout)
+            test = f"tensor_pattern({expr}, {dims!r}, {any_layout})"
+            self.check(f"{test} == {self.const(key)}", (what[0], what[1] or expr), "tensor",
+                       key, test)
             return
         self.check(f"tensor_key({expr}) == {self.const(tensor_key(t))}",
                    (what[0], what[1] or expr), "tensor", tensor_key(t), f"tensor_key({expr})")
@@ -313,6 +313,7 @@ class StateRecorder:
         self.created: dict = {}              # id -> module the traced code made (no state)
         self.symbolic: dict = {}             # id(tensor) -> {dim: base} of symbolic state dims
         self.labels: dict = {}               # id(tensor) -> its readable name (finish)
+        self.copied: dict = {}               # trace-time name -> state proxy passed as a copy
         self.namer = None                    # the trace's Namer (capture sets it)
 
     # recording ---------------------------------------------------------------------------
@@ -410,6 +411,8 @@ class StateRecorder:
             entry = self.lifted[id(t)] = (t, proxy)
             if spec is not None:   # symbolic dims: read from the tensor at run time
                 self.symbolic[id(t)] = dynamic.record_state_dims(self.trace, proxy)
+                if not t.is_contiguous():   # passed as a row-major copy (state_spec)
+                    self.copied[proxy.name] = proxy
         return entry[1]
 
     def real(self, proxy):
@@ -528,12 +531,13 @@ class StateRecorder:
             code.fetches.append(f"{var} = {expr}")
             code.fetch_where.append(what)
             dims = self.symbolic.get(id(t), {})
-            code.check_tensor(var, t, what, tuple(sorted(dims)))
+            copied = any(p is proxy for p in self.copied.values())
+            code.check_tensor(var, t, what, tuple(sorted(dims)), copied)
             if dims:
                 code.symbolic[var] = (tuple(sorted(dims)), what[1])
                 env.update({base: f"{var}.shape[{d}]" for d, base in dims.items()})
             proxy.__dict__["_name"] = namer(names.get(id(t), proxy.name))
-            state.append(proxy)
+            state.append(f"{var}.contiguous()" if copied else var)
         for tid, t in read_tensors.items():   # read but not used: the metadata still counts
             if tid not in self.lifted:
                 code.check_tensor(sources[tid], t, texts[tid])
@@ -546,10 +550,10 @@ class StateRecorder:
             env.update({base: f"leaves[{leaf}].shape[{d}]" for base, (leaf, d, _) in
                         self.trace.tags.get("input_dims", {}).items()})
             code.check_sizes(size_guards.active(), env)
-        code.fetches.append(f"state = [{', '.join(f's{i}' for i in range(len(state)))}]")
+        code.fetches.append(f"state = [{', '.join(state)}]")
         if not code.checks and not state and not force:
             return None
-        return Guard(code, state)
+        return Guard(code, [proxy for _, proxy in self.lifted.values()])
 
     def _module_paths(self, dotted: bool = False) -> dict:
         """id(module) -> a readable path: from the traced module, or from the global or
