@@ -460,3 +460,24 @@ def test_a_zero_dim_mask_masks_a_new_dim(value):
     x = torch.randn(3, 4)
     for a, b in zip(primtrace.jit(read)(x), read(x)):
         assert a.shape == b.shape and a.stride() == b.stride() and torch.equal(a, b)
+
+
+@pytest.mark.parametrize("rows, cols", [(512, 300), (6, 4000)])
+def test_a_masked_loss_skips_the_rows_the_mask_drops(rows, cols, executors):
+    """``F.cross_entropy(logits[mask], target[mask])``: one row kernel computes each row's
+    loss where the mask keeps it and ends the rows it drops before their passes (a NaN
+    there is never read, as eager never selects it); every fraction matches eager."""
+    def loss(logits, target, mask):
+        return F.cross_entropy(logits[mask], target[mask])
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(rows, cols, generator=g)
+    target = torch.randint(0, cols, (rows,), generator=g)
+    jitted = primtrace.jit(loss)
+    for fraction in (0.0, 0.1, 0.5, 1.0):
+        mask = torch.rand(rows, generator=g) < fraction
+        dropped = logits.clone()
+        dropped[~mask] = float("nan")
+        got, want = jitted(dropped, target, mask), loss(dropped, target, mask)
+        torch.testing.assert_close(got, want, equal_nan=True)
+    assert ("continue" in primtrace.kernel_source(jitted)) == (executors == "numba")
+    assert primtrace.cache_info(jitted).misses == 1

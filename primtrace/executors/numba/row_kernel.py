@@ -12,6 +12,7 @@ in-place writes reach a row region.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import torch
@@ -240,6 +241,42 @@ def _column_loop(plan: RowPlan, lines, stores, columns) -> list[str]:
     return out
 
 
+_WHERE = re.compile(r"^(\w+) if (\w+) else (\w+)$")
+
+
+def _skipped_row(plan: RowPlan) -> list[str]:
+    """Lines that end a row early where its one output is ``where(c, a, b)`` with `c` and
+    the chosen side known before the first pass (a masked loss's rows the mask drops: the
+    row's passes over the logits are not run): ``if not c: out[row] = b; continue``. Only
+    for a kernel whose every store is that one row store (nothing else to write)."""
+    if plan.columns or plan.scratch or len(plan.stores) != 1:
+        return []
+    store = plan.stores[0]
+    if not plan.is_row_store(store) or store.output is None:
+        return []
+    early = {line.var for line in plan.lines}
+    early |= {line.var for stage, line in plan.row_lines if stage == 0}
+    defined = {line.var: line for _, line in plan.row_lines}
+    names = set(_NAMES.findall(store.value))
+    if len(names) != 1:
+        return []
+    var = names.pop()
+    line = defined.get(var)
+    found = None if line is None or line.load is not None else _WHERE.match(line.expr.strip())
+    if found is None or found.group(2) not in early:
+        return []
+    a, c, b = found.groups()
+    if b in early:
+        test, value = f"not {c}", b
+    elif a in early:
+        test, value = c, a
+    else:
+        return []
+    early_store = dataclasses.replace(store, value=re.sub(rf"\b{var}\b", value, store.value))
+    return [f"if {test}:   # the row's output is known: its passes are skipped",
+            f"    {_store(early_store, plan, True)}", "    continue"]
+
+
 def render_kernel(plan: RowPlan, name: str, loop: str) -> str:
     lines = [f"def {name}({', '.join(_params(plan))}):"]
     body = []
@@ -282,6 +319,7 @@ def render_kernel(plan: RowPlan, name: str, loop: str) -> str:
     npasses = len(plan.passes)
     for p in range(npasses):
         row += [_line(line, plan, True) for stage, line in plan.row_lines if stage == p]
+        row += _skipped_row(plan) if p == 0 else []
         row += _pass(plan, p, p == npasses - 1)
     row += [_store(s, plan, True) for s in plan.stores if plan.is_row_store(s)]
     body += [("        " if plan.columns else "    ") + r for r in row]
