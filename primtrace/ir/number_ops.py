@@ -193,6 +193,40 @@ def _difference(a, b):
     return _constant(_plus(ea, eb, -1))
 
 
+def _base_lower(base: str):
+    """The least value of a size the trace made (a symbolic dim: 1, or 2 inside; a
+    data-dependent count: 0), None when unknown."""
+    trace = current_trace()
+    size = None if trace is None else trace.tags.get("size_exprs", {}).get(
+        ((((base, 1),), 1),))
+    lower = getattr(size, "lower", None)
+    return lower if isinstance(lower, int) and lower >= 0 else None
+
+
+def _sign(a, b):
+    """1 or -1 where a - b, a polynomial of sizes, is positive or negative for every value
+    of them: its terms all of one sign, and its value at the sizes' least values already
+    of that sign (each term is monotone in sizes >= 0); None otherwise."""
+    ea, eb = expr_of(a), expr_of(b)
+    if ea is None or eb is None:
+        return None
+    difference = _plus(ea, eb, -1)
+    terms = [c for m, c in difference if m]
+    if not terms or not (all(c > 0 for c in terms) or all(c < 0 for c in terms)):
+        return None
+    least = 0
+    for monomial, coef in difference:
+        for base, power in monomial:
+            lower = _base_lower(base)
+            if lower is None:
+                return None
+            coef *= lower ** power
+        least += coef
+    if terms[0] > 0:
+        return 1 if least > 0 else None
+    return -1 if least < 0 else None
+
+
 def decide(name, a, b):
     """a <op> b ("eq", "lt", ...) for ints maybe known only at run time: True or False where
     their bounds and monomials tell, else None (nothing is read)."""
@@ -211,6 +245,9 @@ def _decide(name, a, b):
     difference = _difference(a, b)
     if difference is not None:
         return getattr(operator, name)(difference, 0)
+    sign = _sign(a, b)
+    if sign is not None:   # a - b > 0 or < 0 for every value of the sizes
+        return getattr(operator, name)(sign, 0)
     if (name == "le" and _known_le(a, b)) or (name == "ge" and _known_le(b, a)):
         return True
     if (name == "gt" and _known_le(a, b)) or (name == "lt" and _known_le(b, a)):

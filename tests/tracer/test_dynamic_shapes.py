@@ -335,3 +335,18 @@ def test_guard_contiguity_of_a_size_one_dim():
         run(jf, f, torch.randn(n, 4))
     assert misses(jf) == 2
     assert "(x.size(0) <= 1) is False" in reasons(jf)[0]
+
+
+def test_comparisons_the_sizes_bounds_decide_add_no_guard():
+    """``4n > n + 1`` holds for every n >= 1 (3n - 1 > 0 at the least n): decided without a
+    guard; ``n > 3`` needs one, and a call that violates it compiles again."""
+    def f(x):
+        n = x.shape[0]
+        y = x * 2 if n * 4 > n + 1 else x
+        return y + 1 if n > 3 else y - 1
+    jf = primtrace.jit(f, dynamic=True)
+    for n in (5, 7, 2, 9):
+        run(jf, f, torch.randn(n, 3))
+    texts = [g.text for e in jf._dynamic.entries for g in e.guards]
+    assert texts and all("> 3" in t for t in texts), texts
+    assert misses(jf) == 2
