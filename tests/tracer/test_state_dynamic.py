@@ -6,6 +6,7 @@ trace holds those dims symbolic, and an inner dim's strides become size polynomi
 call is compared with eager, the state after it too, and every guard such a trace adds is
 violated once, to show the call compiles again instead of running a wrong trace.
 """
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -189,3 +190,24 @@ def test_state_taken_as_a_copy_is_only_read():
                 assert got[0]._base is cache.k or got[0].data_ptr() == cache.k.data_ptr()
         assert not symbolic_state(jitted), fn.__name__
         assert any("takes as a copy" in e for e in jitted._dynamic.errors), fn.__name__
+
+
+def test_two_state_lengths_guarded_equal_recompile_when_they_differ():
+    """``cache.k * cache.v`` assumes their lengths equal (a guard over two symbolic state
+    dims); lengths that differ compile again and raise eager's error."""
+    def step(x, cache):
+        return (cache.k * cache.v).sum(2) + x
+    jitted, cache = primtrace.jit(step), Cache()
+    for n in (3, 4, 5):
+        cache.k, cache.v = torch.randn(2, 3, n, 4), torch.randn(2, 3, n, 4)
+        x = torch.randn(4)
+        torch.testing.assert_close(jitted(x, cache), step(x, cache))
+    assert symbolic_state(jitted)
+    cache.k, cache.v = torch.randn(2, 3, 6, 4), torch.randn(2, 3, 7, 4)
+    with pytest.raises(RuntimeError) as eager_error:
+        step(x, cache)
+    with pytest.raises(RuntimeError) as ours:
+        jitted(x, cache)
+    assert type(ours.value) is type(eager_error.value)
+    cache.k, cache.v = torch.randn(2, 3, 8, 4), torch.randn(2, 3, 8, 4)
+    torch.testing.assert_close(jitted(x, cache), step(x, cache))
