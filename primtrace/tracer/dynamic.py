@@ -35,7 +35,7 @@ import torch
 
 from primtrace.ir import size_guards
 from primtrace.ir.kinds import SymbolKind
-from primtrace.ir.proxy import Hint, SizeProxy, TensorProxy, TensorSpec
+from primtrace.ir.proxy import Hint, SizeProxy, TensorProxy, TensorSpec, evaluate
 from primtrace.ir.symbol import Symbol
 from primtrace.ir.trace import Node
 from primtrace.ir.tree import proxies_in
@@ -107,20 +107,12 @@ def _row_major(shape, x, name: str, namer) -> tuple:
                                expr=acc)
             bases = tuple(dict.fromkeys(b for m, _ in acc for b, _ in m))
             stride.value = Hint(f"{name}.stride({d})", int(x.stride(d)),
-                                lambda env, p=acc: _value(p, env), (), bases)
+                                lambda env, p=stride: evaluate(p, env.__getitem__), (),
+                                bases)
             strides[d] = stride
         n = shape[d]
         acc = _product(acc, (((), 1),) if type(n) is int and n == 0 else expr_of(n))
     return tuple(strides)
-
-
-def _value(polynomial, env: dict) -> int:
-    total = 0
-    for monomial, coef in polynomial:
-        for base, power in monomial:
-            coef *= env[base] ** power
-        total += coef
-    return total
 
 
 def input_spec(trace, name: str, x, leaf: int, namer):
