@@ -9,12 +9,20 @@ read by nothing else, the call is replaced by its in-place form (``F.gelu(t)`` -
 ``gelu_(t)``, ``add(a, b)`` -> ``a.add_(b)``): the same kernel, the same values, no new
 buffer.
 
+A fused kernel's new output takes a dead operand's memory the same way (``o0 = i2`` in
+its launcher) where the kernel reads that operand only at the element it writes
+(``numba/launch.py``: ``same_index_inputs``): W11's backward writes the GELU's input
+gradient into the matmul output it is computed from (a 64 MiB buffer: ~14 ms of page
+faults a step, and 64 MiB less at the peak).
+
 Only when nothing can observe the write: the operand is not a trace input, not returned,
 read by no other node (so no view of it exists), made by a call that always returns new
 memory (a matmul, a call of this table, a fused kernel without in-place stores), with the
 result's shape, dtype and strides, and nothing needs autograd.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 import torch.nn.functional as F
@@ -51,10 +59,21 @@ def reuse_buffers(trace: Trace) -> Trace:
     nodes = list(trace.nodes)
     changed = False
     autograd = trace.tags.get("grad_enabled") is not False   # False: it runs inside a Function
+    def dead(p, i: int) -> bool:
+        return (p.name not in kept and readers.get(p.name) == {i}
+                and _fresh(producer.get(p.name), p))
+
     for i, node in enumerate(nodes):
+        if node.symbol.kind is SymbolKind.FUSED:
+            into = _dead_inputs_for_outputs(node, lambda p: dead(p, i), autograd)
+            if into:
+                impl = node.symbol.impl.writing_into(into)
+                nodes[i] = node.replace(symbol=dataclasses.replace(
+                    node.symbol, impl=impl, source=impl.source))
+                changed = True
+            continue
         target = _dead_operand(node, autograd)
-        if (target is None or target.name in kept or readers.get(target.name) != {i}
-                or not _fresh(producer.get(target.name), target)):
+        if target is None or not dead(target, i):
             continue
         nodes[i] = node.replace(symbol=in_place_symbol(node.symbol))
         changed = True
@@ -87,11 +106,36 @@ def _dead_operand(node: Node, autograd: bool = True):
         return None
     if autograd and any(getattr(p, "requires_grad", False) for p in (*node.inputs, out)):
         return None
-    same = (len(a.shape) == len(out.shape) and all(   # symbolic sizes: the same proxy
+    return a if _same_layout(a, out) else None
+
+
+def _dead_inputs_for_outputs(node: Node, dead, autograd: bool) -> dict[int, int]:
+    """Fused `node`'s new outputs -> the operands (positions) whose memory they take: dead
+    ones its kernel reads only where it writes that output, each given once."""
+    reusable = getattr(node.symbol.impl, "reusable", None)
+    if not reusable or (autograd and any(
+            getattr(p, "requires_grad", False) for p in (*node.inputs, *node.output_proxies))):
+        return {}
+    into, taken = {}, set()
+    for k, candidates in reusable.items():
+        out = node.output_proxies[k]
+        for j in candidates:
+            a = node.args[j]
+            if (j not in taken and isinstance(a, TensorProxy) and isinstance(out, TensorProxy)
+                    and _same_layout(a, out) and dead(a)):
+                into[k] = j
+                taken.add(j)
+                break
+    return into
+
+
+def _same_layout(a: TensorProxy, out: TensorProxy) -> bool:
+    """Whether `out` fits exactly in `a`'s memory: shape (symbolic sizes: the same proxy),
+    dtype, device and strides."""
+    return (len(a.shape) == len(out.shape) and all(
         m is n or (type(m) is int and type(n) is int and m == n)
         for m, n in zip(a.shape, out.shape)) and a.dtype == out.dtype
             and a.device == out.device and tuple(a.stride()) == tuple(out.stride()))
-    return a if same else None
 
 
 def _fresh(node: Node | None, p) -> bool:

@@ -106,3 +106,80 @@ def test_a_call_with_out_is_left_as_written():
     assert torch.equal(got, f(*args, z_eager)) and torch.equal(z, z_eager)
     names = [n.symbol.qualname for n in primtrace.last_trace(jfn).nodes]
     assert "torch.add" in names and "torch.Tensor.add_" not in names, names
+
+
+# --- a fused kernel's new output written into a dead operand ---------------------------------
+def _launchers(jfn, stage: str = "forward") -> list[str]:
+    trace = primtrace.last_trace(jfn)
+    if stage == "backward":
+        trace = trace.tags["backward"][-1]
+    return [n.symbol.impl.launcher for n in trace.nodes if hasattr(n.symbol.impl, "launcher")]
+
+
+def _unfused(fn, *args):
+    return primtrace.jit(fn, executors=[])(*args)
+
+
+def _takes_input(launcher: str) -> bool:
+    import re
+    return re.search(r"^\s+o\d+ = i\d+$", launcher, re.M) is not None
+
+
+def _square(seed: int) -> torch.Tensor:
+    return torch.randn(48, 48, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("fn, reuses", [
+    (lambda x, w: torch.exp(x @ w) * 2 + 1, True),                        # elementwise
+    (lambda x, w: torch.sin(x @ w) * 2 + 1, False),    # redoes blocks far from 0: reads again
+    (lambda x, w: F.layer_norm(x @ w, (48,)), True),                       # row kernel, 2 passes
+    (lambda x, w: torch.softmax((x @ w) * 0.5, -1), True),                 # three passes
+    (lambda x, w: (lambda y: (y, y.sum(0)))(torch.tanh(x @ w) * 2), True),  # + a column sum
+    (lambda x, w: (lambda t: torch.tanh(t) * 2 + t.sum(0))(x @ w), False),  # read by a sum too
+    (lambda x, w: (lambda t: torch.sin(t) + t.t())(x @ w), False),         # read transposed
+    (lambda x, w: (lambda t: torch.sin(t[:, :1]) + torch.cos(t))(x @ w), False),  # broadcast
+    (lambda x, w: (lambda t: (torch.sin(t) * 2, t))(x @ w), False),         # returned
+])
+def test_a_fused_output_takes_a_dead_operands_memory_only_where_it_is_read_in_step(fn, reuses):
+    args = (_square(1), _square(2))
+    with torch.no_grad():
+        jfn = primtrace.jit(fn, executors=[NumbaFusionExecutor()])
+        got = jfn(*args)
+        expected = _unfused(fn, *args)
+    for g, e in zip(got if isinstance(got, tuple) else (got,),
+                    expected if isinstance(expected, tuple) else (expected,)):
+        torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
+    assert any(map(_takes_input, _launchers(jfn))) == reuses, _launchers(jfn)
+
+
+def test_no_reuse_where_a_column_loop_reads_the_operand_again_after_the_stores():
+    """bfloat16: the column sum's addend is not the stored value, so the loop after the
+    row's stores recomputes it from the operand, which must still hold its values."""
+    def fn(x, w):
+        y = torch.tanh(x @ w) * 2
+        return y, y.sum(0)
+    args = (_square(1).bfloat16(), _square(2).bfloat16())
+    with torch.no_grad():
+        jfn = primtrace.jit(fn, executors=[NumbaFusionExecutor()])
+        got = jfn(*args)
+        expected = _unfused(fn, *args)
+    assert not any(map(_takes_input, _launchers(jfn)))
+    assert all(torch.equal(g, e) for g, e in zip(got, expected))
+
+
+def test_gelu_backward_takes_the_dead_matmul_output_and_grads_are_eagers():
+    """W11's backward: the GELU's input gradient is written into the matmul output it is
+    computed from."""
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 32))
+    x = torch.randn(16, 32, requires_grad=True)
+    jm = primtrace.jit(mlp, executors=[NumbaFusionExecutor()])
+    for _ in range(2):
+        jm(x).square().mean().backward()
+    got = [p.grad.clone() for p in (x, *mlp.parameters())]
+    for p in (x, *mlp.parameters()):
+        p.grad = None
+    mlp(x).square().mean().backward()
+    for g, p in zip(got, (x, *mlp.parameters())):
+        torch.testing.assert_close(g / 2, p.grad, rtol=1e-5, atol=1e-7)
+    assert any(map(_takes_input, _launchers(jm, "backward")))

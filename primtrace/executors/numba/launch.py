@@ -5,7 +5,8 @@ addresses (CPU) or flat views (CUDA) and scalars to the kernel, and returns the 
 outputs (:func:`returns_text`). One that writes an input in place first checks that input
 against the others it reads or writes (:func:`alias_check_lines`): eager's overlap error,
 or the region run unfused (:func:`unfused`) when one kernel would read values
-another element's store already changed.
+another element's store already changed. A new output may instead take the memory of an
+input that dies at the node (:func:`same_index_inputs`, ``executors/buffer_reuse.py``).
 """
 from __future__ import annotations
 
@@ -182,3 +183,32 @@ def scalar_args(scalars, region, env: dict) -> list[str]:
             env[f"const_{s.name}"] = s.value
             args.append(f"const_{s.name}")
     return args
+
+
+def same_index_inputs(plan: Plan, store) -> list[int]:
+    """The inputs the kernel reads only where it writes `store`: every load of them has the
+    store's strides (so the same element), and none is read as a number. A dead one can
+    hold the store's output, each element read before it is overwritten; the kernels read
+    addresses, so the compiler assumes nothing about two pointers being apart."""
+    same: dict[int, bool] = {}
+    for load in plan.loads:
+        same[load.index] = same.get(load.index, True) and load.strides == store.strides
+    numbers = {s.input for s in plan.scalars}
+    return [j for j, ok in same.items() if ok and j not in numbers]
+
+
+def output_line(k: int, alloc: str, into: dict) -> str:
+    """The launcher's line making new output `k`: `alloc`, or the dead input `into` gives it."""
+    return f"    o{k} = i{into[k]}" if k in into else f"    o{k} = {alloc}"
+
+
+def relaunched(fn, launcher: str, env: dict, fn_name: str):
+    """A twin of launcher `fn` (a compiled region) from new launcher source, calling the
+    same kernel (and its variants, which `fn`'s globals hold)."""
+    env = {**fn.__globals__, **env}
+    exec(compile(launcher, f"<primtrace {fn_name}>", "exec"), env)
+    out = env[fn_name]
+    out.source = fn.source.replace(fn.launcher, launcher)
+    out.launcher, out.plan, out.variant, out.kernel = launcher, fn.plan, fn.variant, fn.kernel
+    out.reusable = {}
+    return out

@@ -194,7 +194,7 @@ def _pass(plan: RowPlan, p: int, final: bool) -> list[str]:
     body += [_store(s, plan, False) for s in stores]
     # apart from a loop that does other work, and writes no input (that a recomputed
     # addend would read again)
-    apart = bool(columns and body) and not any(s.output is None for s in plan.stores)
+    apart = bool(body) and _separate_columns(plan) and final
     if not apart:
         body += [f"colbuf[{_column_index(plan, j, 'chunk')}] += {col.value}"
                  for j, col in enumerate(columns)]
@@ -213,6 +213,19 @@ def _column_loop(plan: RowPlan, lines, stores, columns) -> list[str]:
     exactly (float32, float64), else recomputed from the lines it needs (loads read the
     inputs again). In the pass's loop the float64 read-modify-writes keep LLVM from
     vectorizing it: gelu's backward with its bias gradient ran at half speed."""
+    reads, needed = _column_addends(plan, lines, stores, columns)
+    out, indent = ["# column sums of this row"], ""
+    for d in range(len(plan.k_sizes)):
+        out.append(f"{indent}for k{d} in range(m{d}):")
+        indent += "    "
+    out += [indent + _line(line, plan, False) for line in lines if line.var in needed]
+    out += [f"{indent}colbuf[{_column_index(plan, j, 'chunk')}] += {reads.get(j, col.value)}"
+            for j, col in enumerate(columns)]
+    return out
+
+
+def _column_addends(plan: RowPlan, lines, stores, columns) -> tuple[dict, set]:
+    """(column -> the stored element it re-reads, the lines recomputing the others)."""
     defined = {line.var: line for line in lines}
     needed, reads = set(), {}
     for j, col in enumerate(columns):
@@ -231,14 +244,28 @@ def _column_loop(plan: RowPlan, lines, stores, columns) -> list[str]:
                 line = defined[var]
                 if line.load is None:
                     todo += _NAMES.findall(line.expr)
-    out, indent = ["# column sums of this row"], ""
-    for d in range(len(plan.k_sizes)):
-        out.append(f"{indent}for k{d} in range(m{d}):")
-        indent += "    "
-    out += [indent + _line(line, plan, False) for line in lines if line.var in needed]
-    out += [f"{indent}colbuf[{_column_index(plan, j, 'chunk')}] += {reads.get(j, col.value)}"
-            for j, col in enumerate(columns)]
-    return out
+    return reads, needed
+
+
+def _separate_columns(plan: RowPlan) -> bool:
+    """Whether the last pass adds its column sums in a loop of their own (``_column_loop``)."""
+    return bool(plan.columns) and not any(s.output is None for s in plan.stores)
+
+
+def reusable_inputs(plan: RowPlan) -> dict[int, list[int]]:
+    """New element output -> the inputs whose memory it could take when they die at the
+    node: read only in this row's passes, at the element the last pass writes, and not
+    again by a column loop after the stores (``launch.same_index_inputs``)."""
+    if plan.nrows == 0 or any(s.output is None for s in plan.stores):
+        return {}
+    final = plan.passes[-1] if plan.passes else []
+    stores = [s for s in plan.stores if not plan.is_row_store(s)]
+    reread = set()
+    if _separate_columns(plan):
+        _, needed = _column_addends(plan, final, stores, plan.columns)
+        reread = {line.load.index for line in final if line.var in needed and line.load}
+    return {s.output: [j for j in launch.same_index_inputs(plan, s) if j not in reread]
+            for s in stores}
 
 
 _WHERE = re.compile(r"^(\w+) if (\w+) else (\w+)$")
@@ -359,7 +386,10 @@ def _variants(plan: RowPlan, key, module, variant: str, kernel):
     return variant_for, kernels
 
 
-def launcher_source(plan: RowPlan, region, fn_name: str, variant: str) -> tuple[str, dict]:
+def launcher_source(plan: RowPlan, region, fn_name: str, variant: str,
+                    into: dict | None = None) -> tuple[str, dict]:
+    """Python source of the launcher and the globals it needs; `into` maps new outputs to
+    the dead inputs whose memory they take (:func:`reusable_inputs`)."""
     args = [f"i{j}" for j in range(len(region.inputs))]
     env = {"torch": torch, "empty_strided": torch.empty_strided, "huge_pages": cpu.huge_pages}
     lines = [f"def {fn_name}({', '.join(args)}):"]
@@ -374,7 +404,7 @@ def launcher_source(plan: RowPlan, region, fn_name: str, variant: str) -> tuple[
                  f"dtype=torch.{str(p.dtype)[6:]}, device={str(p.device)!r})")
         if cpu.advised(hint_numel(p.shape) * p.dtype.itemsize):
             alloc = f"huge_pages({alloc})"
-        lines.append(f"    o{s.output} = {alloc}")
+        lines.append(launch.output_line(s.output, alloc, into or {}))
     sizes = [size_text(n, region) for n in plan.row_sizes + plan.k_sizes]
     if plan.symbolic:   # serial or parallel for this call's rows (cpu._variants)
         lines.append(f"    variant = variant_for({' * '.join(sizes[:len(plan.row_sizes)])}, "
@@ -432,4 +462,7 @@ def compile_region(region, fn_name: str = "numba_fusion", plan: RowPlan | None =
     head += [f"#   {line}" for line in plan.signature_text().splitlines()]
     fn.source = "\n".join(head) + "\n" + launcher + "\n\n" + module_source
     fn.plan, fn.variant, fn.kernel = plan, variant, env.get("kernel")
+    fn.launcher, fn.reusable = launcher, reusable_inputs(plan)
+    fn.writing_into = lambda into: launch.relaunched(
+        fn, *launcher_source(plan, region, fn_name, variant, into), fn_name)
     return fn

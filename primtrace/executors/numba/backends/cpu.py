@@ -339,8 +339,10 @@ def blocks_for(sizes: tuple, is_tiled: bool, variant: str) -> tuple[int, int, in
     return nblocks, -(-inner // nblocks), 1
 
 
-def launcher_source(plan: Plan, region, variant: str, fn_name: str) -> tuple[str, dict]:
-    """Python source of the launcher and the globals it needs."""
+def launcher_source(plan: Plan, region, variant: str, fn_name: str,
+                    into: dict | None = None) -> tuple[str, dict]:
+    """Python source of the launcher and the globals it needs; `into` maps new outputs to
+    the dead inputs whose memory they take (:func:`reusable_inputs`)."""
     nin = len(region.inputs)
     args = [f"i{j}" for j in range(nin)]
     env = {"torch": torch, "empty_strided": torch.empty_strided, "huge_pages": huge_pages}
@@ -356,7 +358,7 @@ def launcher_source(plan: Plan, region, variant: str, fn_name: str) -> tuple[str
                      f"device={str(p.device)!r})")
             if advised(plan.numel * p.dtype.itemsize):
                 alloc = f"huge_pages({alloc})"
-            lines.append(f"    o{s.output} = {alloc}")
+            lines.append(launch.output_line(s.output, alloc, into or {}))
     if plan.numel > 0:
         call = [size_text(n, region) for n in plan.sizes]
         if plan.symbolic:   # the variant and blocks for this call's sizes
@@ -402,7 +404,26 @@ def compile_region(region, fn_name: str = "numba_fusion", plan: Plan | None = No
     fn.plan = plan
     fn.variant = variant
     fn.kernel = env.get("kernel")
+    fn.launcher = launcher
+    fn.reusable = reusable_inputs(plan)
+    fn.writing_into = lambda into: _launcher_into(fn, region, fn_name, into)
     return fn
+
+
+def reusable_inputs(plan: Plan) -> dict[int, list[int]]:
+    """New output -> the inputs whose memory it could take when they die at the node: none
+    for a kernel that writes an input in place or redoes blocks (it reads again what it
+    read), or that runs no kernel (its outputs are empty)."""
+    if plan.numel == 0 or plan.aliases or guarded(plan) or any(
+            s.into_input is not None for s in plan.stores):
+        return {}
+    return {s.output: launch.same_index_inputs(plan, s) for s in plan.stores}
+
+
+def _launcher_into(fn, region, fn_name: str, into: dict):
+    """`fn` with the new outputs `into` names written into dead inputs (the same kernel)."""
+    launcher, env = launcher_source(fn.plan, region, fn.variant, fn_name, into)
+    return launch.relaunched(fn, launcher, env, fn_name)
 
 
 def _variants(plan: Plan, key, module, variant: str, kernel):
