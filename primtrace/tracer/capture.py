@@ -697,6 +697,7 @@ def _acquire(fn, args, kwargs, name, numbers_as_constants: bool) -> TracingTrace
         # a dataclass, a namedtuple, an object made while tracing... as plain containers
         out, rebuild = split_outputs(out, snapshot.objects.keys() | snapshot.arg_paths.keys())
         writes = snapshot.diff() + trace.state.attribute_writes()
+        _check_torch_objects_unwritten(trace, snapshot)
         snapshot.restore()   # the guard checks the state a call starts from
         if writes:   # replayed after each call; the values written are extra outputs
             replay = Replay(snapshot, writes)
@@ -736,6 +737,22 @@ def _acquire(fn, args, kwargs, name, numbers_as_constants: bool) -> TracingTrace
 
 
 set_stop_frame(_acquire.__code__)
+
+
+def _check_torch_objects_unwritten(trace, snapshot) -> None:
+    """An optimizer's state the traced code changed (its first step makes it) is not
+    replayed: an error, raised before the snapshot puts the state back as it was (it was
+    left holding proxies, and the next eager step failed)."""
+    written = snapshot.torch_object_writes()
+    if not written:
+        return
+    found = find_proxy([(path, obj) for obj, _, _, path in snapshot.torch_objects.values()])
+    what = (f"a traced value ({found[1].name}) was left in {found[0]}" if found is not None
+            else f"{written[0]} was changed")
+    raise TracingError(
+        f"{what} while tracing: primtrace does not replay writes into an optimizer's state "
+        f"(its first step makes that state); run a first step without primtrace.jit, or "
+        f"compute such values outside the jitted function")
 
 
 def _check_no_proxy_escaped(trace, fn, args, kwargs, snapshot) -> None:

@@ -110,6 +110,8 @@ class Snapshot:
         self.arg_paths: dict = {}    # id(the tracer's copy of an argument container) -> path
         self.arg_objects: list = []  # (plain object, name) passed as (part of) an argument
         self.full = False            # the object cap was reached
+        self.torch_objects: dict = {}  # id -> (container, kind, copy, path): an optimizer's
+        #   state and param_groups, never replayed: restored, and a write to them is an error
         for i, a in enumerate(pargs):
             self._argument(a, ("a", i), f"argument {i}")
         for k, v in pkwargs.items():
@@ -207,6 +209,9 @@ class Snapshot:
                     if not k.startswith("__"):
                         self._walk(v, f"{label}.{k}", depth - 1)
             return
+        if isinstance(value, torch.optim.Optimizer):
+            self._record_optimizer(value, label)
+            return
         if isinstance(value, torch.nn.Module):
             for k, v in _module_attributes(value).items():
                 self._walk(v, f"{label}.{k}", depth - 1)
@@ -220,7 +225,25 @@ class Snapshot:
         if (d is not None or slot_names(type(value))) and not isinstance(value, Proxy):
             self._record_class(value, label, depth)
 
+    def _record_optimizer(self, opt, label: str) -> None:
+        """An optimizer's containers (torch's object, not replayed): ``state``, each
+        parameter's state dict, ``param_groups`` and each group."""
+        found = [(opt.state, "dict", f"{label}.state"),
+                 (opt.param_groups, "list", f"{label}.param_groups")]
+        found += [(d, "dict", f"{label}.state[{type(p).__name__} {tuple(p.shape)}]")
+                  for p, d in opt.state.items() if type(d) is dict]
+        found += [(g, "dict", f"{label}.param_groups[{i}]") for i, g in enumerate(opt.param_groups)
+                  if type(g) is dict]
+        for obj, kind, path in found:
+            if id(obj) not in self.torch_objects:
+                self.torch_objects[id(obj)] = (obj, kind, _contents(obj, kind), path)
+
     # after tracing ----------------------------------------------------------------------
+    def torch_object_writes(self) -> list[str]:
+        """The paths of the optimizer containers the traced code changed."""
+        return [path for obj, kind, old, path in self.torch_objects.values()
+                if not _same_items(old, _contents(obj, kind))]
+
     def diff(self) -> list:
         """The writes the traced code made, as (kind, target, old, new, label)."""
         writes = []
@@ -243,6 +266,13 @@ class Snapshot:
 
     def restore(self) -> None:
         """Put every snapshotted object back as it was before tracing."""
+        for obj, kind, old, _ in self.torch_objects.values():
+            if not _same_items(old, _contents(obj, kind)):
+                if kind == "list":
+                    obj[:] = old
+                else:
+                    obj.clear()
+                    obj.update(old)
         for obj, kind, old, _ in self.objects.values():
             if _same(old, _contents(obj, kind)):
                 continue
@@ -312,6 +342,15 @@ def _same(old, new) -> bool:
     if type(old) is list:
         return all(a is b for a, b in zip(old, new))
     return list(old) == list(new) and all(old[k] is new[k] for k in old)
+
+
+def _same_items(old, new) -> bool:
+    """`_same` with keys compared by identity too (an optimizer's state is keyed by tensors)."""
+    if len(old) != len(new):
+        return False
+    if type(old) is list:
+        return all(a is b for a, b in zip(old, new))
+    return all(a is b and old[a] is new[b] for a, b in zip(old, new))
 
 
 # --- replay --------------------------------------------------------------------------------

@@ -447,3 +447,22 @@ def test_a_jitted_optimizer_step_that_makes_state_raises_rather_than_keep_a_prox
     opt = torch.optim.SGD([p], 0.1, momentum=0.9)
     with pytest.raises(TracingError, match=r"(?s)self\.state\[.*\]\['momentum_buffer'\]"):
         primtrace.jit(opt.step)()
+    assert len(opt.state) == 0   # put back as it was: the next eager step is eager's
+    opt.step()   # momentum's first buffer is the gradient
+    assert torch.equal(opt.state[p]["momentum_buffer"], torch.ones(3))
+
+
+@pytest.mark.parametrize("foreach", [False, True])
+def test_an_optimizer_step_that_fails_while_tracing_leaves_its_state_as_it_was(foreach):
+    """An error in the user's step (here a learning rate that is not a number) after the
+    step made its state: the state is put back, and eager steps run after it."""
+    model = torch.nn.Linear(4, 3)
+    model(torch.randn(2, 4)).sum().backward()
+    opt = torch.optim.Adam(model.parameters(), lr=0.1, foreach=foreach)
+    opt.param_groups[0]["lr"] = "not a number"
+    with pytest.raises(TypeError):
+        primtrace.jit(opt.step)()
+    assert len(opt.state) == 0 and opt.param_groups[0]["lr"] == "not a number"
+    opt.param_groups[0]["lr"] = 0.1
+    opt.step()
+    assert all(type(v) is torch.Tensor for st in opt.state.values() for v in st.values())
