@@ -199,14 +199,20 @@ class _Code:
         elif isinstance(value, (torch.Tensor, types.ModuleType)):
             return
         else:
-            self.check(f"{expr} is {self.const(value)}", what, "identity", value, expr)
             items = _plain_items(value) if depth and self.budget > 0 else None
+            test = f"{expr} is {self.const(value)}"
+            base = expr
+            if type(items) is dict and type(value) is not dict:   # an object's attributes:
+                # its __dict__ is checked once, then read as a constant (a class may override
+                # __getattribute__ in Python, as transformers' configs do: ~900 calls a call
+                # for wav2vec2's config, 0.9 ms of jit's 3.1 ms)
+                base = self.const(items, "d")
+                test += f" and {expr}.__dict__ is {base}"
+            self.check(test, what, "identity", value, expr)
             if items is None:
                 return
             self.budget -= len(items)
             if type(value) in (list, dict) or plain_dict(value) is not None:
-                base = f"{expr}.__dict__" if type(items) is dict and type(value) is not dict \
-                    else expr
                 keys = list(items) if type(items) is dict else len(items)
                 self.check(f"len({base}) == {len(items)}", what, "keys", keys,
                            f"list({base})" if type(items) is dict else f"len({base})")

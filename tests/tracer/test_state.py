@@ -2,6 +2,7 @@
 Python values in modules, globals and closures are read again on every call, and a change
 is seen (by a guard and a recompile) instead of returning a stale result."""
 import copy
+import itertools
 
 import pytest
 import torch
@@ -311,3 +312,39 @@ def test_a_module_made_by_the_traced_code_is_not_state():
             return self.act(x)
     with pytest.raises(TracingError, match="Keeps.act was assigned while tracing"):
         primtrace.jit(Keeps())(torch.randn(3))
+
+
+_READS = itertools.count()   # C state: not Python state a trace would see written
+
+
+class _CountingConfig:
+    """A config whose class reads attributes in Python (as transformers' configs do)."""
+
+    def __init__(self):
+        self.scale, self.shift, self.names = 2.0, 1.0, ["a", "b"]
+
+    def __getattribute__(self, name):
+        next(_READS)
+        return super().__getattribute__(name)
+
+
+def test_the_guard_reads_a_plain_objects_attributes_through_one_dict_access():
+    """Every attribute of a config the code reads is checked, but its __dict__ is fetched
+    once per call, not once per attribute through the class's Python __getattribute__."""
+    class Scaled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.config = _CountingConfig()
+
+        def forward(self, x):
+            return x * self.config.scale + self.config.shift
+
+    m = Scaled()
+    jm = primtrace.jit(m)
+    x = torch.ones(3)
+    jm(x)
+    before = next(_READS)
+    assert torch.equal(jm(x), x * 2 + 1)
+    assert next(_READS) - before - 1 == 1
+    m.config.shift = 5.0   # still seen
+    assert torch.equal(jm(x), x * 2 + 5)
