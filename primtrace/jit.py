@@ -58,6 +58,7 @@ from primtrace.tracer.inputs import _positional_names, cache_key
 from primtrace.tracer.passes import optimize
 
 _Tensor = torch.Tensor
+_Parameter = torch.nn.Parameter
 _get_default_dtype, _is_grad_enabled = torch.get_default_dtype, torch.is_grad_enabled
 _any_autocast = torch._C._is_any_autocast_enabled
 try:   # what Dynamo checks tensors with; without it the hit path computes the key
@@ -116,8 +117,11 @@ class Compiled:
 
 
 def _tensor_guards(args: tuple, kwargs: dict):
-    """(TensorGuards of args, grad mode, default dtype), when every argument is a tensor."""
-    if _TensorGuards is None or kwargs or not args or any(type(x) is not _Tensor for x in args):
+    """(TensorGuards of args, grad mode, default dtype), when every argument is a tensor or
+    a parameter (the backend passes a graph's parameters as arguments; TensorGuards checks
+    each argument's exact type)."""
+    if _TensorGuards is None or kwargs or not args or any(
+            type(x) is not _Tensor and type(x) is not _Parameter for x in args):
         return None
     guards = _TensorGuards(*args, dynamic_dims_sizes=None, dynamic_dims_strides=None)
     return guards.check, _is_grad_enabled(), _get_default_dtype()

@@ -241,6 +241,23 @@ def test_plain_tensor_calls_take_the_inlined_key_path(monkeypatch):
     assert counts(jfn) == (1, 1)
 
 
+def test_parameter_arguments_are_served_by_the_hit_path():
+    """The backend passes a graph's parameters as arguments: the hit path serves them (it
+    sent every backend call through the keyed lookup), and a plain tensor in a parameter's
+    place still misses it."""
+    jfn = primtrace.jit(lambda x, w: x @ w)
+    x, w = torch.randn(2, 3), torch.nn.Parameter(torch.randn(3, 4))
+    with torch.no_grad():
+        jfn(x, w)
+        slow = jfn._lookup
+        calls = []
+        jfn._path.set_slow(lambda args, kwargs: calls.append(args) or slow(args, kwargs))
+        torch.testing.assert_close(jfn(x, w), x @ w)
+        assert calls == []
+        torch.testing.assert_close(jfn(x, w.detach()), x @ w)
+        assert len(calls) == 1
+
+
 def test_number_arithmetic_stays_a_runtime_input():
     """lr * (1 - beta) is recorded as number nodes: other values reuse the trace."""
     def f(x, lr, beta):
