@@ -175,3 +175,17 @@ def test_the_gpu_rule_fuses_only_large_float_elementwise_prims():
     # so fuse_call keeps the whole call in torch
     sums = [n for n in prims_of(lambda a: a.sum(-1), big.view(-1, 1024)) if n.symbol.name == "sum"]
     assert sums and not any(cost.fuse_on_gpu(n) for n in sums)
+
+
+@pytest.mark.parametrize("dtype, numel, fuses", [
+    (torch.float32, 1024, True),      # eager's fixed ~7 us a call
+    (torch.float32, 4096, False),
+    (torch.float64, 64, False),
+    (torch.float64, 4096, True),      # eager's float64 gelu is scalar
+    (torch.float64, 1 << 16, True),
+])
+def test_a_lone_gelu_fuses_where_eagers_kernel_is_slower(dtype, numel, fuses):
+    a = torch.randn(numel, dtype=dtype)
+    got, nodes = run(F.gelu, a)
+    assert nodes == (["numba_fusion_0"] if fuses else ["torch.nn.functional.gelu"])
+    torch.testing.assert_close(got, F.gelu(a))

@@ -37,7 +37,7 @@ SLOW_PRIMS = {"fmod", "remainder", "hypot", "lgamma"}
 #: prims ours computes faster than eager in float32/float64 (at 2^16-2^20: exp 0.4x, tanh
 #: 0.2x, sin 0.8x, sqrt 0.25x, log 0.45x, atan/asin 0.05-0.13x, comparisons 0.1-0.3x eager): a
 #: call containing one fuses. Not erf: torch.erf is 5x slower than ours, but F.gelu's own
-#: kernel beats ours (1.06-1.3x), and the call name cannot tell gelu's erf from its tanh form
+#: float32 kernel beats ours (1.06-1.3x) from ~2^14 elements (GELU_FUSES below)
 FASTER_MATH = {"exp", "expm1", "log", "log2", "log10", "sqrt", "rsqrt", "sin", "cos", "tan",
                "atan", "asin", "acos", "sinh", "cosh", "tanh", "erfc", "trunc", "isnan",
                "eq", "ne", "lt", "le", "gt", "ge", "copysign"}
@@ -64,6 +64,14 @@ SLOWER_CALLS_HALF = {"silu", "hardswish", "square"}
 #: half-dtype calls smaller than this run in torch (a + b, relu at 2^10-2^16, 1 thread:
 #: the kernel breaks even at 2^14-2^15 elements)
 MIN_HALF_ELEMENTS = 1 << 15
+
+
+#: F.gelu (its erf form) alone, by dtype: (fewest, most) elements where our kernel beats
+#: eager's. Eager's float32 call has a fixed cost of ~7 us (64 elements: 8.1 us, ours 2.5;
+#: 1024: 8.7 vs 4.1; 4096: 8.1 vs 6.9; 16384: 11.4 vs 12.8, 2 threads); its float64 one is
+#: scalar (256: 5.6 vs 3.2 us; 4096: 75 vs 18; 2^20: 9.6 vs 1.7 ms) but cheaper at 64
+#: elements (3.2 vs 4.6). float16 has no such fixed cost (1024: 1.8 vs 4.1 us)
+GELU_FUSES = {torch.float32: (1, 1 << 11), torch.float64: (1 << 8, None)}
 
 
 #: calls eager computes so much faster on a dtype that fusing them into a chain still loses
@@ -123,6 +131,10 @@ def fuse_single_call(region: Region) -> bool:
     if outputs and any(_strided_inner(p, outputs[0]) for p in region.inputs):   # tiled
         return (max(_numel(p) for p in outputs) >= TILED_MIN_ELEMENTS and name not in SLOWER_CALLS
                 and not prims & SLOWER_HALF_MATH.get(dtype, set()))
+    if name == "gelu" and "erf" in prims and dtype in GELU_FUSES:
+        fewest, most = GELU_FUSES[dtype]
+        n = max(_numel(p) for p in outputs)
+        return n >= fewest and (most is None or n <= most)
     if dtype in SLOWER_HALF_MATH:
         return (not prims & SLOWER_HALF_MATH[dtype]
                 and max(_numel(p) for p in outputs) >= MIN_HALF_ELEMENTS)
