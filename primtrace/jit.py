@@ -40,6 +40,8 @@ from typing import Callable, NamedTuple
 import torch
 
 from primtrace.autodiff.function import Fallback, Plan, split, wanted_inputs
+from primtrace.cache_slots import (Compiled, Guarded, Specialized, compiled_in, select,
+                                   size as slot_size, with_variant)
 from primtrace.executors import TORCH, Executor, default_executors
 from primtrace.executors.base import FusionExecutor
 from primtrace.executors.buffer_reuse import reuse_buffers
@@ -49,7 +51,8 @@ from primtrace.ir.proxy import NumberProxy
 from primtrace.ir.symbol import SymbolKind
 from primtrace.ir.trace import Trace, current_trace
 from primtrace.ir.size_guards import GuardSet
-from primtrace.recompiles import Change, Recompile, RecompileLog, miss_changes
+from primtrace.recompiles import (Change, Counters, CounterWarning, Recompile, RecompileLog,
+                                  miss_changes)
 from primtrace.tracer import dynamic
 from primtrace.tracer import autocast
 from primtrace.tracer.capture import TracingError, acquire
@@ -69,6 +72,10 @@ try:   # built from primtrace/_hitpath.c at install; optional
     from primtrace._hitpath import HitPath as _CHitPath
 except ImportError:
     _CHitPath = None
+
+class _Counter(Exception):
+    """A miss whose key now runs eagerly (recompiles.Counters)."""
+
 
 class AutocastWarning(UserWarning):
     """A jitted function called under torch.autocast runs eagerly: its casts are not modelled."""
@@ -101,21 +108,6 @@ class CacheInfo(NamedTuple):
     recompiles: tuple[Recompile, ...] = ()
 
 
-class Compiled:
-    """One compiled trace: the generated function, the traces that led to it, and the guard
-    over the state it read (None when it read none: then a key match is enough).
-
-    `recent` is what the hit path checks first for a call with only tensor arguments: torch's
-    C++ TensorGuards over the example arguments (type, dtype, device, sizes, strides,
-    requires_grad: stricter than the key), with the grad mode and default dtype."""
-    __slots__ = ("fn", "traces", "specialized", "guard", "recent")
-
-    def __init__(self, fn: Callable, traces: list[Trace], specialized: tuple, guard=None,
-                 recent=None):
-        self.fn, self.traces, self.specialized, self.guard = fn, traces, specialized, guard
-        self.recent = recent
-
-
 def _tensor_guards(args: tuple, kwargs: dict):
     """(TensorGuards of args, grad mode, default dtype), when every argument is a tensor or
     a parameter (the backend passes a graph's parameters as arguments; TensorGuards checks
@@ -125,27 +117,6 @@ def _tensor_guards(args: tuple, kwargs: dict):
         return None
     guards = _TensorGuards(*args, dynamic_dims_sizes=None, dynamic_dims_strides=None)
     return guards.check, _is_grad_enabled(), _get_default_dtype()
-
-
-class _Guarded:
-    """The compiled variants of one key whose traces read state (a module's parameters and
-    training flag...): tried newest first; a variant's guard returns its state inputs."""
-    __slots__ = ("variants",)
-    limit = 8   # variants kept per key (train/eval, a few attribute values)
-
-    def __init__(self, variants: tuple):
-        self.variants = variants[:self.limit]
-
-
-class _Specialized:
-    """The entries of one key whose trace read some numbers' values: keyed by those values."""
-    __slots__ = ("positions", "table")
-
-    def __init__(self, positions: tuple, table: dict | None = None):
-        self.positions, self.table = positions, dict(table or {})
-
-    def values(self, leaves) -> tuple:
-        return tuple([repr(leaves[i]) for i in self.positions])  # repr: -0.0 != 0.0, nan == nan
 
 
 def _check_options(options: dict) -> dict:
@@ -288,26 +259,6 @@ def _run(compiled, args, kwargs, leaves, state):
     return compiled.fn(*leaves, *state)
 
 
-def _select(entry, leaves):
-    """(compiled, state inputs) from a cache slot for this call, or (None, None)."""
-    if entry.__class__ is _Specialized:
-        entry = entry.table.get(entry.values(leaves))
-    if entry.__class__ is Compiled:
-        return entry, ()
-    if entry.__class__ is _Guarded:
-        for compiled in entry.variants:
-            state = compiled.guard(leaves)
-            if state is not None:
-                return compiled, state
-    return None, None
-
-
-def _size(entry) -> int:
-    if entry.__class__ is _Specialized:
-        return sum(_size(e) for e in entry.table.values())
-    return len(entry.variants) if entry.__class__ is _Guarded else 1
-
-
 class HitPath(NamedTuple):
     """What a call of a JitFunction runs first, and how to steer it.
 
@@ -412,6 +363,7 @@ class JitFunction(functools.partial):
         self._recent: Compiled | None = None   # what the hit path checks first
         self._warned_autocast = False
         self._autocast_eager: dict = {}   # keys under autocast whose casts are not modelled
+        self._counters = Counters()   # keys whose state numbers change on every call: eager
         self._path = path
         path.set_slow(self._lookup)
         if isinstance(fn, torch.nn.Module):   # attributes stay the module's (see __getattr__)
@@ -486,16 +438,21 @@ class JitFunction(functools.partial):
     def _call(self, entry, key, leaves, args, kwargs, under_autocast: bool = False):
         """The slow part of a call: guarded or specialized entries, then a compile. A call
         `under_autocast` runs its trace with autocast off and never reaches the hit path."""
-        compiled, state = _select(entry, leaves)
+        compiled, state = select(entry, leaves)
         if compiled is None:
             if current_trace() is not None:  # called while tracing an outer function: inline
                 return self._fn(*args, **kwargs)
-            if key in self._autocast_eager:   # autocast's casts in it are not modelled
-                return self._fn(*args, **kwargs)
+            if key in self._autocast_eager or key in self._counters.eager:
+                return self._fn(*args, **kwargs)   # casts not modelled; a counter
             try:
                 compiled, state = self._miss(key, leaves, args, kwargs)
             except autocast.AutocastFallback as e:
                 return self._autocast_fallback(key, e, args, kwargs)
+            except _Counter as e:
+                warnings.warn(f"{self!r} runs eagerly: {e} changes on every call, and each "
+                              f"value would compile again (keep it in a tensor, or count "
+                              f"outside the jitted function)", CounterWarning, stacklevel=3)
+                return self._fn(*args, **kwargs)
         else:
             next(self._hits)
         if under_autocast:
@@ -506,7 +463,7 @@ class JitFunction(functools.partial):
 
     def _miss(self, key, leaves, args, kwargs):
         with self._lock:
-            compiled, state = _select(self._cache.get(key), leaves)  # another thread's compile
+            compiled, state = select(self._cache.get(key), leaves)  # another thread's compile
             if compiled is not None:
                 next(self._hits)
                 return compiled, state
@@ -518,6 +475,8 @@ class JitFunction(functools.partial):
                 self._insert(key, leaves, compiled)
                 return compiled, state
             why = self._why(key, leaves) if self._misses else None  # the first is no recompile
+            if why is not None and self._counters.changed(key, why) is not None:
+                raise _Counter(self._counters.eager[key])
             if why is not None and self._dynamic.failed is not None:
                 why = [self._dynamic.failed, *why]
             compiled = self._compile(key, leaves, args, kwargs)
@@ -539,7 +498,7 @@ class JitFunction(functools.partial):
         those of state the trace itself replaces by a grown tensor), static where none are or
         that trace fails (the failed attempt counts as a miss)."""
         dims = self._dynamic.choose(list(self._cache), key, leaves)
-        candidates = [*_compiled_in(self._cache.get(key)),
+        candidates = [*compiled_in(self._cache.get(key)),
                       *(e.compiled for e in self._dynamic.entries
                         if e.failing(key, leaves) is not False)]
         state = self._dynamic.choose_state(candidates, leaves)
@@ -583,22 +542,22 @@ class JitFunction(functools.partial):
         slot = cache.get(key)
         if compiled.specialized:
             positions = set(compiled.specialized)
-            if slot.__class__ is _Specialized and positions <= set(slot.positions):
-                slot = _Specialized(slot.positions, slot.table)
+            if slot.__class__ is Specialized and positions <= set(slot.positions):
+                slot = Specialized(slot.positions, slot.table)
             else:  # new numbers became specialized: older entries were keyed on fewer values
-                slot = _Specialized(tuple(sorted(positions | set(getattr(slot, "positions", ())))))
+                slot = Specialized(tuple(sorted(positions | set(getattr(slot, "positions", ())))))
             values = slot.values(leaves)
-            slot.table[values] = _with_variant(slot.table.pop(values, None), compiled)
-            while _size(slot) > self._maxsize:
+            slot.table[values] = with_variant(slot.table.pop(values, None), compiled)
+            while slot_size(slot) > self._maxsize:
                 del slot.table[next(iter(slot.table))]
         else:
-            slot = _with_variant(slot if slot.__class__ is not _Specialized else None, compiled)
+            slot = with_variant(slot if slot.__class__ is not Specialized else None, compiled)
         cache.pop(key, None)
         cache[key] = slot
-        size = sum(_size(e) for e in cache.values())
+        size = sum(slot_size(e) for e in cache.values())
         while size > self._maxsize:  # evict the oldest keys until the compiled count fits
             old = next(iter(cache))
-            size -= _size(cache.pop(old))
+            size -= slot_size(cache.pop(old))
             self._evicted[hash(old)] = None   # a hash: keeps no constant argument alive
             if len(self._evicted) > 64:
                 del self._evicted[next(iter(self._evicted))]
@@ -614,7 +573,7 @@ class JitFunction(functools.partial):
     def cache_info(self) -> CacheInfo:
         with self._lock:
             hits = self._hit_count() - self._hits_cleared
-            size = sum(_size(e) for e in self._cache.values())
+            size = sum(slot_size(e) for e in self._cache.values())
             return CacheInfo(hits, self._misses, self._maxsize, size,
                              tuple(self._recompiles.records))
 
@@ -628,6 +587,7 @@ class JitFunction(functools.partial):
             self._recompiles.clear()
             self._evicted.clear()
             self._dynamic.clear()
+            self._counters = Counters()
 
     def __reduce__(self):
         raise TypeError(f"cannot pickle {self!r}: pickle the function and jit it again")
@@ -698,23 +658,6 @@ for _name, _value in vars(torch.nn.Module).items():
     setattr(JitModule, _name, _module_method(_name) if isinstance(_value, types.FunctionType)
             else _module_attribute(_name))
 del _name, _value
-
-
-def _compiled_in(slot) -> list:
-    """The compiled entries of a cache slot, newest first."""
-    if slot.__class__ is _Specialized:
-        return [c for e in reversed(list(slot.table.values())) for c in _compiled_in(e)]
-    if slot.__class__ is _Guarded:
-        return list(slot.variants)
-    return [slot] if slot.__class__ is Compiled else []
-
-
-def _with_variant(slot, compiled: Compiled):
-    """The cache slot after adding `compiled`: itself, or one more guarded variant."""
-    if compiled.guard is None:
-        return compiled
-    old = slot.variants if slot.__class__ is _Guarded else ()
-    return _Guarded((compiled, *old))
 
 
 def jit(fn: Callable | None = None, *, executors=None, **options):

@@ -24,7 +24,8 @@ from primtrace.ir.kinds import SymbolKind
 from primtrace.ir.proxy import TensorProxy
 from primtrace.ir.trace import Node, Trace
 from primtrace.ir.tree import tree_flatten
-from primtrace.jit import JitFunction, _select, assemble, jit
+from primtrace.cache_slots import select
+from primtrace.jit import JitFunction, assemble, jit
 from primtrace.tracer.inputs import cache_key
 
 
@@ -105,7 +106,7 @@ def profile(fn, *args, rounds: int = 20, warmup: int = 2, backward: bool | None 
     jfn = fn if isinstance(fn, JitFunction) else jit(fn)
     out = jfn(*args, **kwargs)   # compiles on a miss
     key, leaves = cache_key(args, kwargs)
-    compiled, state = _select(jfn._cache.get(key), leaves)
+    compiled, state = select(jfn._cache.get(key), leaves)
     if compiled is None:
         raise RuntimeError("profile: the call is not in the cache after running it (does the "
                            "function compile again on every call?)")

@@ -492,3 +492,50 @@ def _caller_level() -> int:
     while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
         frame, level = frame.f_back, level + 1
     return level
+
+
+# --- counters: state numbers that change on every call -----------------------------------
+#: misses in a row of one key, each because a state number took a value not seen before (a
+#: call counter, ``self.calls += 1``), after which calls with that key run eagerly
+COUNTER_MISSES = 4
+#: where a state number a guard checks comes from (Change.kind)
+_STATE_KINDS = {"attribute", "global", "closure", "class", "state"}
+
+
+class CounterWarning(UserWarning):
+    """A jitted function runs eagerly: a number it reads changes on every call."""
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+class Counters:
+    """State numbers that change on every call. The trace holds a state number as a
+    constant, so each new value compiles again: a counter would compile on every call (far
+    slower than eager). After COUNTER_MISSES misses of one key whose only changes are such
+    numbers, each new, the key runs the function eagerly, as Dynamo does at its recompile
+    limit, and a CounterWarning names the number once."""
+
+    def __init__(self):
+        self._seen: dict = {}    # key -> {what: values seen}
+        self.eager: dict = {}    # key -> the state number that changes on every call
+
+    def changed(self, key, why: list) -> str | None:
+        """Note a miss's changes; the number's name when calls with `key` now run eagerly."""
+        if not why or not all(c.kind in _STATE_KINDS and _is_number(c.old) and _is_number(c.new)
+                              for c in why):
+            self._seen.pop(key, None)
+            return None
+        seen = self._seen.setdefault(key, {})
+        for c in why:
+            values = seen.setdefault(c.what, set())
+            values.update((c.old, c.new))
+            if len(values) > COUNTER_MISSES:
+                self.eager[key] = c.what
+                return c.what
+        return None

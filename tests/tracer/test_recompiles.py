@@ -438,3 +438,47 @@ def test_recompiles_are_logged(caplog):
         jf(torch.ones(1))
         jf(torch.ones(2))
     assert "tensor 'x' size mismatch at index 0: expected 1, actual 2" in caplog.text
+
+
+class _Counting(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return self.lin(x) * self.calls
+
+
+def test_a_counter_in_module_state_runs_eagerly_instead_of_compiling_every_call():
+    """``self.calls += 1``: each value compiled again (every call, past the recompile
+    limit); after recompiles.COUNTER_MISSES new values the key runs eagerly, said once."""
+    from primtrace.recompiles import COUNTER_MISSES, CounterWarning
+    m = _Counting()
+    jm = primtrace.jit(m)
+    x = torch.randn(2, 4)
+    with pytest.warns(CounterWarning, match="self.calls changes on every call"):
+        for i in range(1, 13):
+            torch.testing.assert_close(jm(x), m.lin(x) * i)
+            assert m.calls == i
+    assert primtrace.cache_info(jm).misses == COUNTER_MISSES
+
+
+def test_a_number_toggling_between_a_few_values_stays_compiled():
+    class Mode(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = 1
+
+        def forward(self, x):
+            return x * self.scale
+    m = Mode()
+    jm = primtrace.jit(m)
+    x = torch.ones(2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for i in range(12):
+            m.scale = i % 3
+            assert jm(x).tolist() == [i % 3] * 2
+    assert primtrace.cache_info(jm).misses == 3
