@@ -16,7 +16,7 @@ from primtrace.jit import (AutocastWarning, CacheInfo, Explanation, JitFunction,
                            last_trace, last_traces, trace)
 from primtrace.profiler import Profile, profile
 from primtrace.kernels import clear_kernel_cache, kernel_ptx, kernel_source
-from primtrace.recompiles import Change, Recompile, RecompileWarning
+from primtrace.recompiles import Change, CounterWarning, Recompile, RecompileWarning
 from primtrace.tracer import DataDependentError, OpaqueOpWarning, TracingError
 from primtrace.tracer.dynamic import mark_dynamic
 from primtrace import backend_name as _backend_name
@@ -44,5 +44,5 @@ __all__ = [
     "AutocastWarning", "Executor", "OperatorExecutor", "FusionExecutor", "Region", "TorchExecutor", "TORCH",
     "default_executors", "JitFunction", "CacheInfo", "Explanation", "Trace", "Node",
     "TracingError", "DataDependentError", "OpaqueOpWarning", "dynamo_backend",
-    "Recompile", "Change", "RecompileWarning", "mark_dynamic",
+    "Recompile", "Change", "RecompileWarning", "CounterWarning", "mark_dynamic",
 ]
