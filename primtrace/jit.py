@@ -475,8 +475,9 @@ class JitFunction(functools.partial):
                 self._insert(key, leaves, compiled)
                 return compiled, state
             why = self._why(key, leaves) if self._misses else None  # the first is no recompile
-            if why is not None and self._counters.changed(key, why) is not None:
-                raise _Counter(self._counters.eager[key])
+            counter = self._counters.changed(key, why) if why is not None else None
+            if counter is not None:
+                raise _Counter(counter)
             if why is not None and self._dynamic.failed is not None:
                 why = [self._dynamic.failed, *why]
             compiled = self._compile(key, leaves, args, kwargs)

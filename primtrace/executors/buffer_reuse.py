@@ -59,6 +59,7 @@ def reuse_buffers(trace: Trace) -> Trace:
     nodes = list(trace.nodes)
     changed = False
     autograd = trace.tags.get("grad_enabled") is not False   # False: it runs inside a Function
+
     def dead(p, i: int) -> bool:
         return (p.name not in kept and readers.get(p.name) == {i}
                 and _fresh(producer.get(p.name), p))
@@ -119,10 +120,12 @@ def _dead_inputs_for_outputs(node: Node, dead, autograd: bool) -> dict[int, int]
     into, taken = {}, set()
     for k, candidates in reusable.items():
         out = node.output_proxies[k]
+        if not isinstance(out, TensorProxy):
+            continue
         for j in candidates:
             a = node.args[j]
-            if (j not in taken and isinstance(a, TensorProxy) and isinstance(out, TensorProxy)
-                    and _same_layout(a, out) and dead(a)):
+            if (j not in taken and isinstance(a, TensorProxy) and _same_layout(a, out)
+                    and dead(a)):
                 into[k] = j
                 taken.add(j)
                 break

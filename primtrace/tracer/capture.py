@@ -697,7 +697,7 @@ def _acquire(fn, args, kwargs, name, numbers_as_constants: bool) -> TracingTrace
         # a dataclass, a namedtuple, an object made while tracing... as plain containers
         out, rebuild = split_outputs(out, snapshot.objects.keys() | snapshot.arg_paths.keys())
         writes = snapshot.diff() + trace.state.attribute_writes()
-        _check_torch_objects_unwritten(trace, snapshot)
+        _check_torch_objects_unwritten(snapshot)
         snapshot.restore()   # the guard checks the state a call starts from
         if writes:   # replayed after each call; the values written are extra outputs
             replay = Replay(snapshot, writes)
@@ -739,7 +739,7 @@ def _acquire(fn, args, kwargs, name, numbers_as_constants: bool) -> TracingTrace
 set_stop_frame(_acquire.__code__)
 
 
-def _check_torch_objects_unwritten(trace, snapshot) -> None:
+def _check_torch_objects_unwritten(snapshot) -> None:
     """An optimizer's state the traced code changed (its first step makes it) is not
     replayed: an error, raised before the snapshot puts the state back as it was (it was
     left holding proxies, and the next eager step failed)."""

@@ -268,22 +268,10 @@ class Snapshot:
         """Put every snapshotted object back as it was before tracing."""
         for obj, kind, old, _ in self.torch_objects.values():
             if not _same_items(old, _contents(obj, kind)):
-                if kind == "list":
-                    obj[:] = old
-                else:
-                    obj.clear()
-                    obj.update(old)
+                _put_back(obj, kind, old)
         for obj, kind, old, _ in self.objects.values():
-            if _same(old, _contents(obj, kind)):
-                continue
-            if kind == "list":
-                obj[:] = old
-            elif kind in ("slots", "class"):
-                _set_attributes(obj, old)
-            else:
-                d = obj if kind == "dict" else obj.__dict__
-                d.clear()
-                d.update(old)
+            if not _same(old, _contents(obj, kind)):
+                _put_back(obj, kind, old)
         for cell, old, name in self.cells.values():
             try:
                 if cell.cell_contents is old:
@@ -342,6 +330,18 @@ def _same(old, new) -> bool:
     if type(old) is list:
         return all(a is b for a, b in zip(old, new))
     return list(old) == list(new) and all(old[k] is new[k] for k in old)
+
+
+def _put_back(obj, kind: str, old) -> None:
+    """Give snapshotted `obj` its contents `old` again (as ``_contents`` copied them)."""
+    if kind == "list":
+        obj[:] = old
+    elif kind in ("slots", "class"):
+        _set_attributes(obj, old)
+    else:
+        d = obj if kind == "dict" else obj.__dict__
+        d.clear()
+        d.update(old)
 
 
 def _same_items(old, new) -> bool:

@@ -406,7 +406,8 @@ def compile_region(region, fn_name: str = "numba_fusion", plan: Plan | None = No
     fn.kernel = env.get("kernel")
     fn.launcher = launcher
     fn.reusable = reusable_inputs(plan)
-    fn.writing_into = lambda into: _launcher_into(fn, region, fn_name, into)
+    fn.writing_into = lambda into: launch.relaunched(
+        fn, *launcher_source(plan, region, variant, fn_name, into), fn_name)
     return fn
 
 
@@ -418,12 +419,6 @@ def reusable_inputs(plan: Plan) -> dict[int, list[int]]:
             s.into_input is not None for s in plan.stores):
         return {}
     return {s.output: launch.same_index_inputs(plan, s) for s in plan.stores}
-
-
-def _launcher_into(fn, region, fn_name: str, into: dict):
-    """`fn` with the new outputs `into` names written into dead inputs (the same kernel)."""
-    launcher, env = launcher_source(fn.plan, region, fn.variant, fn_name, into)
-    return launch.relaunched(fn, launcher, env, fn_name)
 
 
 def _variants(plan: Plan, key, module, variant: str, kernel):
