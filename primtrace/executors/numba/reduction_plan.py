@@ -585,12 +585,13 @@ def row_group_valid(nodes, leaving_shapes: set, leaving: set = frozenset()) -> b
 
 __all__ = ["REDUCTIONS", "RowPlan", "Accumulator", "analyze", "has_reduction", "is_reduction",
            "reduction_fusible", "reduction_args", "row_shapes", "node_args", "operands",
-           "split_strides", "runtime_strides", "element_offset", "row_offset_lines"]
+           "split_strides", "runtime_strides", "element_offset", "element_ref", "row_offset_lines"]
 
 
 # --- the operand layout both renderers (row_kernel, backends/cuda_rows) index with ---------------
 def operands(plan: RowPlan) -> list:
-    return list(plan.loads) + list(plan.stores)
+    """Loads, then stores that do not share a load's pointer: one pointer argument each."""
+    return list(plan.loads) + [s for s in plan.stores if s.shares is None]
 
 
 def split_strides(op, plan):
@@ -619,6 +620,12 @@ def element_offset(op, plan, row_level: bool) -> str:
                 continue
             terms.append(f"k{d}" if d == len(ks) - 1 and s == 1 else f"k{d} * {op.name}_t{d}")
     return " + ".join(terms) or "0"
+
+
+def element_ref(op, plan, row_level: bool) -> str:
+    """``pointer[offset]`` of op's element (a store sharing a load's memory: the load's)."""
+    op = getattr(op, "shares", None) or op
+    return f"{op.name}[{element_offset(op, plan, row_level)}]"
 
 
 def row_offset_lines(plan: RowPlan) -> list[str]:

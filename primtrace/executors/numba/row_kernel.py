@@ -21,8 +21,9 @@ from primtrace.executors.numba import kernel_cache, launch
 from primtrace.executors.numba.backends import cpu
 from primtrace.executors.numba.ops import CPU
 from primtrace.executors.numba.plan import Store
-from primtrace.executors.numba.reduction_plan import (RowPlan, analyze, element_offset, operands,
-                                                     row_offset_lines, runtime_strides)
+from primtrace.executors.numba.reduction_plan import (RowPlan, analyze, element_offset,
+                                                     element_ref, operands, row_offset_lines,
+                                                     runtime_strides)
 from primtrace.executors.numba.registers import DTYPES
 from primtrace.executors.numba.symbolic_sizes import hint_numel, shape_text, size_text
 
@@ -159,7 +160,7 @@ def _line(line, plan, row_level: bool) -> str:
 
 
 def _store(s, plan, row_level: bool) -> str:
-    return f"{s.name}[{element_offset(s, plan, row_level)}] = {CPU.store(s.dtype, s.value)}"
+    return f"{element_ref(s, plan, row_level)} = {CPU.store(s.dtype, s.value)}"
 
 
 def _pass(plan: RowPlan, p: int, final: bool) -> list[str]:
@@ -233,7 +234,7 @@ def _column_addends(plan: RowPlan, lines, stores, columns) -> tuple[dict, set]:
         store = next((s for s in stores if s.value == addend and s.dtype.is_floating_point
                       and DTYPES[s.dtype].reg == DTYPES[s.dtype].storage), None)
         if store is not None:
-            value = f"{store.name}[{element_offset(store, plan, False)}]"
+            value = element_ref(store, plan, False)
             reads[j] = value if DTYPES[store.dtype].reg == "float64" else f"float64({value})"
             continue
         todo = [col.value]
@@ -351,7 +352,8 @@ def render_kernel(plan: RowPlan, name: str, loop: str) -> str:
     row += [_store(s, plan, True) for s in plan.stores if plan.is_row_store(s)]
     body += [("        " if plan.columns else "    ") + r for r in row]
     body += _column_lines(plan)
-    body += [f"rt.keep({s.name})" for s in plan.stores + plan.scratch + plan.columns]
+    kept = [(s.shares or s).name for s in plan.stores] + [s.name for s in plan.scratch + plan.columns]
+    body += [f"rt.keep({name})" for name in dict.fromkeys(kept)]
     body.append("return zero_div")
     return "\n".join(lines + ["    " + b for b in body])
 
@@ -441,12 +443,16 @@ def launcher_source(plan: RowPlan, region, fn_name: str, variant: str,
     return "\n".join(lines), env
 
 
-def compile_region(region, fn_name: str = "numba_fusion", plan: RowPlan | None = None):
-    """The callable running row region `region` on CPU tensors."""
+def compile_region(region, fn_name: str = "numba_fusion", plan: RowPlan | None = None,
+                   into: dict | None = None):
+    """The callable running row region `region` on CPU tensors (`into`: new outputs
+    written into dead inputs, see :func:`reusable_inputs`)."""
     plan = plan or analyze(region, CPU)
+    if into:
+        plan = launch.sharing(plan, into)
     module_source = render_module(plan)
     variant = choose_variant(plan)
-    launcher, env = launcher_source(plan, region, fn_name, variant)
+    launcher, env = launcher_source(plan, region, fn_name, variant, into)
     if plan.nrows > 0:
         key, module = kernel_cache.load_module(module_source, "cpu")
         env["kernel"] = kernel_cache.compiled(key, module, variant,
@@ -462,7 +468,6 @@ def compile_region(region, fn_name: str = "numba_fusion", plan: RowPlan | None =
     head += [f"#   {line}" for line in plan.signature_text().splitlines()]
     fn.source = "\n".join(head) + "\n" + launcher + "\n\n" + module_source
     fn.plan, fn.variant, fn.kernel = plan, variant, env.get("kernel")
-    fn.launcher, fn.reusable = launcher, reusable_inputs(plan)
-    fn.writing_into = lambda into: launch.relaunched(
-        fn, *launcher_source(plan, region, fn_name, variant, into), fn_name)
+    fn.launcher, fn.reusable = launcher, {} if into else reusable_inputs(plan)
+    fn.writing_into = lambda into: compile_region(region, fn_name, plan, into)
     return fn

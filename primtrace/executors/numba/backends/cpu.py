@@ -385,13 +385,17 @@ def launcher_source(plan: Plan, region, variant: str, fn_name: str,
     return "\n".join(lines), env
 
 
-def compile_region(region, fn_name: str = "numba_fusion", plan: Plan | None = None):
+def compile_region(region, fn_name: str = "numba_fusion", plan: Plan | None = None,
+                   into: dict | None = None):
     """The callable running `region` on CPU tensors (`plan`: its plan for the CPU backend,
-    made here if not given); carries ``.source`` and ``.kernel``."""
+    made here if not given; `into`: new outputs written into dead inputs, see
+    :func:`reusable_inputs`); carries ``.source`` and ``.kernel``."""
     plan = plan or analyze(region, CPU)
+    if into:
+        plan = launch.sharing(plan, into)
     module_source = render_module(plan)
     variant = choose_variant(plan) if plan.numel > 0 else "kernel_serial"
-    launcher, env = launcher_source(plan, region, variant, fn_name)
+    launcher, env = launcher_source(plan, region, variant, fn_name, into)
     if plan.numel > 0:
         key, module = kernel_cache.load_module(module_source, "cpu")
         env["kernel"] = kernel_cache.compiled(key, module, variant, _njit(variant == "kernel_parallel"))
@@ -405,9 +409,8 @@ def compile_region(region, fn_name: str = "numba_fusion", plan: Plan | None = No
     fn.variant = variant
     fn.kernel = env.get("kernel")
     fn.launcher = launcher
-    fn.reusable = reusable_inputs(plan)
-    fn.writing_into = lambda into: launch.relaunched(
-        fn, *launcher_source(plan, region, variant, fn_name, into), fn_name)
+    fn.reusable = {} if into else reusable_inputs(plan)
+    fn.writing_into = lambda into: compile_region(region, fn_name, plan, into)
     return fn
 
 
