@@ -39,7 +39,7 @@ import torch
 
 from primtrace.ir import size_guards
 from primtrace.ir.proxy import TensorProxy, TensorSpec
-from primtrace.tracer import dynamic
+from primtrace.tracer import dynamic, guard_groups
 from primtrace.tracer.dynamic import tensor_key
 from primtrace.tracer.user_code import (MACHINERY as _MACHINERY, function_of as _function_of,
                                         global_names, library_code as _library_code,
@@ -160,9 +160,14 @@ class _Code:
         self.where: list[tuple] = []
         self.fetch_where: list[tuple] = []   # per fetch, (origin, readable name)
         self.tensors: dict[int, str] = {}   # check index -> the tensor a metadata check reads
+        # per check, what decides it (guard_groups.py): the names of the constant dicts whose
+        # items it reads (() for none), TENSOR for a fetched state tensor's metadata, or None
+        self.keys: list = []
+        self.state_tensors: list = []   # (fetched variable, tensor) of the TENSOR checks
         self.symbolic: dict[str, tuple] = {}   # fetched state -> (symbolic dims, its name)
         self.budget = 4096   # item checks left: a huge structure is checked in part
         self._classes: set = set()
+        self._owners: set = set()   # modules' __dict__s whose identity is checked
         self.written_classes: set = set()   # classes whose attributes the code assigns
 
     def const(self, obj, hint: str = "k") -> str:
@@ -173,11 +178,32 @@ class _Code:
             self._names[id(obj)] = name
         return name
 
-    def check(self, test: str, what: tuple, kind: str, expected, actual: str) -> None:
+    def check(self, test: str, what: tuple, kind: str, expected, actual: str,
+              key: tuple | None = None) -> None:
         self.checks.append(test)
         self.where.append((what, kind, expected, actual))
+        self.keys.append(key)
 
-    def check_value(self, expr: str, value, depth: int = 4, what: tuple = ("state", "")) -> None:
+    def dict_of(self, owner, store: str) -> tuple[str, tuple | None]:
+        """(constant name, key) of the dict `owner`'s `store` reads go through: its
+        ``__dict__`` (checked to be that dict every call) or one held there
+        (``_parameters``...); the key is what decides a check of an item read from it."""
+        d = _object_getattribute(owner, "__dict__")
+        name = self.const(d, "md")
+        if name not in self._owners:
+            self._owners.add(name)
+            self.check(f"{self.const(owner, 'm')}.__dict__ is {name}", ("state", name),
+                       "identity", d, f"{self.const(owner, 'm')}.__dict__")
+        if store == "__dict__":
+            return name, (name,)
+        inner = d[store]
+        inner_name = self.const(inner, "sd")
+        self.check(f"{name}[{store!r}] is {inner_name}", ("state", store), "identity", inner,
+                   f"{name}[{store!r}]", (name,))
+        return inner_name, guard_groups.key_of(inner, inner_name)
+
+    def check_value(self, expr: str, value, depth: int = 4, what: tuple = ("state", ""),
+                    key: tuple | None = None) -> None:
         """`expr` still evaluates to `value`: by identity, or by type and value for numbers.
 
         A plain object (a config dataclass, a namespace, a cache object), a dict or a list
@@ -188,44 +214,43 @@ class _Code:
         name) of the value, for recompile reasons."""
         what = (what[0], what[1] or expr)
         if value is None or type(value) is bool or isinstance(value, enum.Enum):
-            self.check(f"{expr} is {self.const(value)}", what, "value", value, expr)
+            self.check(f"{expr} is {self.const(value)}", what, "value", value, expr, key)
         elif type(value) in _NUMBERS:
             if type(value) is float and value != value:
-                self.check(f"{expr} != {expr}", what, "value", value, expr)
+                self.check(f"{expr} != {expr}", what, "value", value, expr, key)
             else:
                 self.check(f"{expr} == {self.const(value)} and "
                            f"{expr}.__class__ is {self.const(type(value))}", what, "value",
-                           value, expr)
+                           value, expr, key)
         elif isinstance(value, (torch.Tensor, types.ModuleType)):
             return
         else:
             items = _plain_items(value) if depth and self.budget > 0 else None
-            test = f"{expr} is {self.const(value)}"
-            base = expr
-            if type(items) is dict and type(value) is not dict:   # an object's attributes:
+            base = self.const(value)   # its items are read through the constant
+            self.check(f"{expr} is {base}", what, "identity", value, expr, key)
+            attributes = items is not None and items is not value
+            if attributes:   # an object's attributes:
                 # its __dict__ is checked once, then read as a constant (a class may override
                 # __getattribute__ in Python, as transformers' configs do: ~900 calls a call
                 # for wav2vec2's config, 0.9 ms of jit's 3.1 ms)
                 base = self.const(items, "d")
-                test += f" and {expr}.__dict__ is {base}"
-            self.check(test, what, "identity", value, expr)
+                self.check(f"{self.const(value)}.__dict__ is {base}", what, "identity", value,
+                           expr)
             if items is None:
                 return
             self.budget -= len(items)
+            inner = guard_groups.key_of(items, base)   # a tuple's items are fixed: ()
             if type(value) in (list, dict) or plain_dict(value) is not None:
-                keys = list(items) if type(items) is dict else len(items)
+                keys = list(items) if isinstance(items, dict) else len(items)
                 self.check(f"len({base}) == {len(items)}", what, "keys", keys,
-                           f"list({base})" if type(items) is dict else f"len({base})")
-            else:
-                base = expr   # a tuple: its identity fixes its length
+                           f"list({base})" if isinstance(items, dict) else f"len({base})", inner)
             if len(items) > _MAX_ITEMS:
                 return
-            attributes = type(items) is dict and type(value) is not dict
-            for key, item in (items.items() if type(items) is dict else enumerate(items)):
-                key_expr = repr(key) if type(key) in (str, int) else self.const(key, "key")
-                name = f"{what[1]}.{key}" if attributes else f"{what[1]}[{key!r}]"
-                self.check_value(f"{base}[{key_expr}]", item, depth - 1, (what[0], name))
-            if base != expr and self.written_classes and any(
+            for k, item in (items.items() if isinstance(items, dict) else enumerate(items)):
+                key_expr = repr(k) if type(k) in (str, int) else self.const(k, "key")
+                name = f"{what[1]}.{k}" if attributes else f"{what[1]}[{k!r}]"
+                self.check_value(f"{base}[{key_expr}]", item, depth - 1, (what[0], name), inner)
+            if attributes and self.written_classes and any(
                     c in self.written_classes for c in type(value).__mro__):
                 self._check_class(type(value), depth)
 
@@ -248,14 +273,18 @@ class _Code:
                     self.check_value(f"{name}.__dict__[{key!r}]", item, depth - 1,
                                      ("class", f"{c.__qualname__}.{key}"))
 
-    def check_items(self, expr: str, table: dict, what: tuple = ("state", "")) -> None:
-        """The dict at `expr` holds the same objects (modules, parameters, hooks) in order."""
+    def check_items(self, expr: str, table: dict, what: tuple = ("state", ""),
+                    key: tuple | None = None) -> None:
+        """The dict at `expr` (the constant `table`, read at `expr` under `key`) holds the
+        same objects (modules, parameters, hooks) in order."""
         what = (what[0], what[1] or expr)
-        if not table:
-            self.check(f"not {expr}", what, "items", {}, f"dict({expr})")
+        name = self.const(table, "t")
+        self.check(f"{expr} is {name}", what, "identity", table, expr, key)
+        if not table:   # emptiness: an OrderedDict's reordering cannot change it
+            self.check(f"not {name}", what, "items", {}, f"dict({name})", (name,))
         else:
-            self.check(f"same_items({expr}, {self.const(tuple(table.values()))})", what,
-                       "items", dict(table), f"dict({expr})")
+            self.check(f"same_items({name}, {self.const(tuple(table.values()))})", what,
+                       "items", dict(table), f"dict({name})", guard_groups.key_of(table, name))
 
     def check_tensor(self, expr: str, t: torch.Tensor, what: tuple = ("state", ""),
                      dims: tuple = (), any_layout: bool = False) -> None:
@@ -268,8 +297,12 @@ class _Code:
             self.check(f"{test} == {self.const(key)}", (what[0], what[1] or expr), "tensor",
                        key, test)
             return
+        fetched = expr.startswith("s") and expr[1:].isdigit()
+        if fetched:
+            self.state_tensors.append((expr, t))
         self.check(f"tensor_key({expr}) == {self.const(tensor_key(t))}",
-                   (what[0], what[1] or expr), "tensor", tensor_key(t), f"tensor_key({expr})")
+                   (what[0], what[1] or expr), "tensor", tensor_key(t), f"tensor_key({expr})",
+                   guard_groups.TENSOR if fetched else None)
 
     def check_sizes(self, guards, env: dict) -> None:
         """The size guards of a trace with symbolic dims hold for the sizes of this call
@@ -279,9 +312,11 @@ class _Code:
         self.check(f"{actual} is None", ("size guard", "sizes"), "size guard", None, actual)
 
     def source(self) -> str:
+        """The guard function's source (binding the constants its groups need)."""
         lines = ["def guard(leaves):", "    try:"]
         lines += [f"        {line}" for line in self.fetches]
-        test = " and\n                ".join(f"({c})" for c in self.checks) or "True"
+        terms = guard_groups.terms(self)
+        test = " and\n                ".join(f"({c})" for c in terms) or "True"
         lines += [f"        if ({test}):", "            return state"]
         lines += ["    except Exception:", "        pass", "    return None"]
         return "\n".join(lines) + "\n"
@@ -291,7 +326,7 @@ def _plain_items(value):
     """What a guard checks inside `value`: a dict's or list's or tuple's items, a plain
     object's attributes (not a module's, function's, class's, tensor's or torch object's);
     None for anything else."""
-    if type(value) in (dict, list, tuple):
+    if type(value) in (list, tuple) or isinstance(value, dict):   # an OrderedDict's items too
         return value
     return plain_dict(value)
 
@@ -481,7 +516,7 @@ class StateRecorder:
             sources[tid] = f"leaves[{index}]"
             texts[tid] = ("argument", self.arg_tensors[tid][1].name)
 
-        def read(expr, value, label, what):
+        def read(expr, value, label, what, key=None):
             if isinstance(value, types.ModuleType):
                 return
             if isinstance(value, torch.Tensor):
@@ -494,30 +529,31 @@ class StateRecorder:
                 texts.setdefault(id(value), what)
                 read_tensors[id(value)] = value
                 return
-            code.check_value(expr, value, what=what)
+            code.check_value(expr, value, what=what, key=key)
 
         for owner, store, name, value in self.reads.values():
-            base = code.const(owner, "m")
             text = f"{dotted.get(id(owner), type(owner).__name__)}.{name}"
+            d, key = code.dict_of(owner, store)
             if store == "__dict__" and name in _STRUCTURE:
-                code.check_items(f"{base}.{name}", value, (_ORIGINS[name], text))
+                code.check_items(f"{d}[{name!r}]", value, (_ORIGINS[name], text), key)
             elif store == "__dict__" and name.endswith("hooks"):
-                code.check_items(f"{base}.__dict__[{name!r}]", value, ("hooks", text))
+                code.check_items(f"{d}[{name!r}]", value, ("hooks", text), key)
             else:
-                expr = (f"{base}.__dict__[{name!r}]" if store == "__dict__"
-                        else f"{base}.{store}[{name!r}]")
                 origin = "training" if name == "training" else _ORIGINS.get(store, "attribute")
-                read(expr, value, _join(paths.get(id(owner), type(owner).__name__.lower()), name),
-                     (origin, text))
+                read(f"{d}[{name!r}]", value,
+                     _join(paths.get(id(owner), type(owner).__name__.lower()), name),
+                     (origin, text), key)
         if self.reads:
             self._global_hooks(code)
         for g, name, value in self._global_reads():
-            read(f"{code.const(g, 'g')}[{name!r}]", value, name, ("global", f"global {name}"))
+            g_name = code.const(g, "g")
+            read(f"{g_name}[{name!r}]", value, name, ("global", f"global {name}"),
+                 guard_groups.key_of(g, g_name))
         for cell, name, value in self._closure_reads():
             read(f"{code.const(cell, 'c')}.cell_contents", value, name,
                  ("closure", f"closure variable {name}"))
-        for obj, name in arg_objects:
-            read(code.const(obj, "a"), obj, name, ("argument", f"argument {name}"))
+        for obj, name in arg_objects:   # its identity is in the cache key
+            read(code.const(obj, "a"), obj, name, ("argument", f"argument {name}"), ())
         for base, grad in self.grad_reads:
             base_expr = sources.get(id(base))
             if base_expr is None:
@@ -583,7 +619,8 @@ class StateRecorder:
         g = code.const(vars(module), "g")
         for name, value in vars(module).items():
             if name.startswith("_global_") and name.endswith("hooks") and isinstance(value, dict):
-                code.check_items(f"{g}[{name!r}]", value, ("hooks", f"torch.nn.modules.module.{name}"))
+                code.check_items(f"{g}[{name!r}]", value, ("hooks", f"torch.nn.modules.module.{name}"),
+                                 (g,))
 
     def _global_reads(self) -> list:
         """(globals, name, value) for the global names loaded by the user's code that called
@@ -650,9 +687,9 @@ class StateRecorder:
             deeper = []
             for expr, value in containers:
                 items = _plain_items(value)
-                if type(value) not in (dict, list, tuple):
+                if items is not value:   # an object's attributes
                     expr = f"{expr}.__dict__"
-                for key, item in (items.items() if type(items) is dict else enumerate(items)):
+                for key, item in (items.items() if isinstance(items, dict) else enumerate(items)):
                     key_expr = repr(key) if type(key) in (str, int) else code.const(key, "key")
                     item_expr = f"{expr}[{key_expr}]"
                     if isinstance(item, torch.Tensor) and id(item) in missing:
