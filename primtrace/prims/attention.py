@@ -45,6 +45,33 @@ def picks_flash(q, k, v, is_causal: bool, scale) -> bool:
                                    enable_gqa=False) == _FLASH
 
 
+_MATH = int(SDPBackend.MATH)
+_SDPA_ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
+              "enable_gqa")
+
+
+def runs_math(args: tuple, kwargs: dict) -> bool:
+    """Whether eager's sdpa runs its math path (matmul, softmax and the mask as separate
+    calls) for a call with these arguments (proxies or tensors): key and value heads
+    broadcast over the query's (Falcon's multi-query attention with a mask, 1.9x slower
+    than the same ops with the mask and softmax fused: 149 against 78 us at 4 x 64 x 32).
+    False where unsure (symbolic sizes, odd arguments)."""
+    given = {**dict(zip(_SDPA_ARGS, args)), **kwargs}
+    tensors = [given.get(n) for n in ("query", "key", "value", "attn_mask")]
+    if set(given) - set(_SDPA_ARGS) or not all(
+            hasattr(t, "stride") and all(type(n) is int for n in t.shape)
+            for t in tensors if t is not None) or any(t is None for t in tensors[:3]):
+        return False
+    stand_ins = [None if t is None else torch.empty_strided(
+        tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=t.device) for t in tensors]
+    try:
+        return torch._fused_sdp_choice(
+            *stand_ins, float(given.get("dropout_p", 0.0)), bool(given.get("is_causal", False)),
+            scale=given.get("scale"), enable_gqa=bool(given.get("enable_gqa", False))) == _MATH
+    except (RuntimeError, TypeError, ValueError):
+        return False
+
+
 def _spec(shape, dtype, device, order) -> TensorSpec:
     shape = tuple(shape)
     return TensorSpec(shape, dtype, device, dense_strides(shape, order))

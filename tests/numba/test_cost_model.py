@@ -189,3 +189,29 @@ def test_a_lone_gelu_fuses_where_eagers_kernel_is_slower(dtype, numel, fuses):
     got, nodes = run(F.gelu, a)
     assert nodes == (["numba_fusion_0"] if fuses else ["torch.nn.functional.gelu"])
     torch.testing.assert_close(got, F.gelu(a))
+
+
+def _attention(q, k, v, mask):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def test_attention_runs_as_its_prims_where_eager_takes_its_math_path():
+    """Falcon's multi-query attention with a mask: eager's sdpa runs matmul, the mask and
+    softmax as separate calls (its math path); ours runs the same matmuls and one row kernel
+    between them. Twice in one function, the second call's transposed key is the first's
+    (CSE): it does not make the call run whole. Where eager picks its fused kernel (heads
+    alike), the call runs whole."""
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 4, 64, 32, generator=g)
+    k, v = (torch.randn(1, 1, 64, 32, generator=g) for _ in range(2))
+    mask = torch.ones(64, 64, dtype=torch.bool).tril()[None, None]
+
+    def twice(q, k, v, mask):
+        return _attention(q, k, v, mask), _attention(q * 2, k, v, mask)
+    got, nodes = run(twice, q, k, v, mask)
+    assert "torch.nn.functional.scaled_dot_product_attention" not in nodes, nodes
+    assert nodes.count("prims.matmul") == 4
+    for g_, e in zip(got, twice(q, k, v, mask)):
+        torch.testing.assert_close(g_, e)
+    _, nodes = run(_attention, q, q, q, mask)      # heads alike: eager's fused kernel
+    assert nodes == ["torch.nn.functional.scaled_dot_product_attention"], nodes

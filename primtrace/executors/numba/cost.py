@@ -160,9 +160,10 @@ def small_beside(left, fused) -> bool:
     return bool(fused) and largest(left) <= SMALL_FRACTION * largest(fused)
 
 
-def call_left_to_torch(nodes) -> bool:
-    """Whether the prims `nodes` of one torch call run faster as that call, even in a chain."""
-    if not reductions_fuse(nodes):
+def call_left_to_torch(nodes, fused=None) -> bool:
+    """Whether the prims `nodes` of one torch call run faster as that call, even in a chain
+    (`fused`: those of them a kernel would run; all where not given)."""
+    if not reductions_fuse(nodes, fused):
         return True
     call = nodes[0].origin
     outputs = [p for p in proxies_in(call.outputs) if isinstance(p, TensorProxy)]
@@ -174,6 +175,21 @@ def call_left_to_torch(nodes) -> bool:
             and any(_strided_inner(p, outputs[0]) for p in proxies_in(call.args))
             and max((_numel(p) for p in outputs), default=0) < TILED_MIN_ELEMENTS
             and not cpu.advised(_bytes(outputs)))
+
+
+def unfused_in_eager(nodes) -> bool:
+    """Whether eager runs the call of `nodes` as the same library calls and loose
+    elementwise passes its prims are: then its prims run, the library ones in torch and the
+    rest fused, though the library calls are most of the work (attention where eager takes
+    its math path: the mask and softmax as one row kernel between the two matmuls)."""
+    call = nodes[0].origin
+    if call is None or call.call is None:
+        return False
+    fn, args, kwargs = call.call
+    if fn is torch.nn.functional.scaled_dot_product_attention:
+        from primtrace.prims.attention import runs_math
+        return runs_math(args, kwargs)
+    return False
 
 
 def _strided_inner(p, out) -> bool:
@@ -198,7 +214,7 @@ def _reduction_inputs(nodes):
     return [reduction_args(n) for n in nodes if is_reduction(n) and not is_column(n)]
 
 
-def reductions_fuse(nodes) -> bool:
+def reductions_fuse(nodes, fused=None) -> bool:
     """Whether the reductions among one call's prims `nodes` may run in a row kernel: each
     has enough rows to share among threads (or is small), and no tensor the call reads is
     strided along the reduced innermost dim. Such a tensor a row kernel reads from a
@@ -206,7 +222,8 @@ def reductions_fuse(nodes) -> bool:
     (a transpose) costs more than eager's sum or layer_norm, which reduce across rows
     (xt.sum(-1) 4096x1024: 12x eager with the copy); softmax copies too. In a longer
     region (masked scores, then softmax) the copy is still made: the region's other
-    prims fused are worth it."""
+    prims fused are worth it. Only what the kernel would read counts (`fused`: attention's
+    transposed key is the matmul's, not the softmax's)."""
     reductions = _reduction_inputs(nodes)
     if not reductions:
         return True
@@ -215,7 +232,7 @@ def reductions_fuse(nodes) -> bool:
         if rows < MIN_ROWS and _numel(a) > SMALL_ELEMENTS:
             return False
     produced = {p.name for n in nodes for p in n.output_proxies}
-    for n in nodes:
+    for n in nodes if fused is None else fused:
         for p in n.inputs:
             if (isinstance(p, TensorProxy) and p.name not in produced and p.ndim > 0
                     and hint(p.shape[-1]) > 1 and p.stride()[-1] != 1):

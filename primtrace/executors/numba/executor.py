@@ -327,8 +327,8 @@ class NumbaFusionExecutor(FusionExecutor):
             isinstance(p, TensorProxy) for p in n.output_proxies)]   # not guards (check_fits)
         left = [n for n in computing if not self.can_fuse(n)]
         fused = [n for n in computing if self.can_fuse(n)]
-        return ((not left or cost.small_beside(left, fused))
-                and not cost.call_left_to_torch(nodes))
+        return ((not left or cost.small_beside(left, fused) or cost.unfused_in_eager(nodes))
+                and not cost.call_left_to_torch(nodes, fused))
 
     def fuse_single_call(self, region: Region) -> bool:
         """One torch call fuses only where the kernel beats torch's own (cost.py); on a GPU
