@@ -18,7 +18,8 @@ faults a step, and 64 MiB less at the peak).
 Only when nothing can observe the write: the operand is not a trace input, not returned,
 read by no other node (so no view of it exists), made by a call that always returns new
 memory (a matmul, a call of this table, a fused kernel without in-place stores), with the
-result's shape, dtype and strides, and nothing needs autograd.
+result's shape, dtype and strides, and nothing needs autograd. The same holds for a
+``prims.cat`` of one tensor (a copy): its result is then that tensor.
 """
 from __future__ import annotations
 
@@ -73,6 +74,11 @@ def reuse_buffers(trace: Trace) -> Trace:
                     node.symbol, impl=impl, source=impl.source))
                 changed = True
             continue
+        if _copy_of_one(node, autograd):   # a one-tensor cat: the copy is not needed
+            if dead(node.args[0][0], i) and _same_layout(node.args[0][0], node.outputs):
+                nodes[i] = node.replace(symbol=_SOLE_CAT)
+                changed = True
+            continue
         target = _dead_operand(node, autograd)
         if target is None or not dead(target, i):
             continue
@@ -82,6 +88,23 @@ def reuse_buffers(trace: Trace) -> Trace:
 
 
 _symbols: dict = {}
+#: ``prims.cat([t], d)`` of a dead fresh `t` laid out as the result: `t` itself (a KV cache's
+#: first update, ``torch.cat([empty, k])`` traced as a cat of `k` alone)
+_SOLE_CAT = Symbol("cat_of_dead_operand", kind=SymbolKind.OPAQUE,
+                   impl=lambda tensors, dim: tensors[0], module="prims",
+                   doc="prims.cat of one tensor that dies there: that tensor, not a copy")
+
+
+def _copy_of_one(node: Node, autograd: bool) -> bool:
+    """Whether `node` is a prims.cat of one tensor (a copy) with nothing needing grad."""
+    if node.symbol.kind is not SymbolKind.PRIM or node.symbol.name != "cat" or not node.args:
+        return False
+    tensors = node.args[0]
+    if not (isinstance(tensors, (list, tuple)) and len(tensors) == 1
+            and isinstance(tensors[0], TensorProxy) and isinstance(node.outputs, TensorProxy)):
+        return False
+    return not (autograd and any(getattr(p, "requires_grad", False)
+                                 for p in (tensors[0], node.outputs)))
 
 
 def in_place_symbol(call: Symbol) -> Symbol:

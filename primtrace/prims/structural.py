@@ -60,6 +60,8 @@ def _broadcast_meta(a, shape, broadcast_dimensions):
 
 
 def _broadcast_impl(a, shape, broadcast_dimensions):
+    if tuple(broadcast_dimensions) == tuple(range(a.ndim)) and a.ndim == len(shape):
+        return a.expand(shape)   # sizes only: one call (attention's cos and sin, per head)
     index = [None] * len(shape)
     for d in broadcast_dimensions:
         index[d] = slice(None)

@@ -197,3 +197,21 @@ def test_gelu_backward_takes_the_dead_matmul_output_and_grads_are_eagers():
         torch.testing.assert_close(g / 2, p.grad, rtol=1e-5, atol=1e-7)
     assert any(map(_takes_input, _launchers(jm, "backward")))
     _assert_one_pointer_per_reused_buffer(jm)
+
+
+def test_a_one_tensor_cat_of_a_dead_fresh_tensor_is_that_tensor():
+    """A KV cache's first update, torch.cat([torch.tensor([]), k]) (a 1-d empty tensor is
+    skipped), traced as prims.cat of k alone: a copy of a value that dies there is not
+    needed (values and layout as eager's)."""
+    def f(x, w1, b, w2):
+        k = torch.tanh(x @ w1.t()) * 2          # fresh, contiguous like the cat's result
+        cache = torch.cat([torch.tensor([]), k], dim=1)
+        return cache + 1, torch.cat([torch.tensor([]), x.t()], dim=1)   # a view: copied
+    args = inputs()
+    with torch.no_grad():
+        got, expected, names = calls(f, *args)
+    assert sum("cat_of_dead_operand" in n for n in names) == 1, names
+    assert sum(n.endswith(".cat") for n in names) == 1, names     # x.t(): not fresh, copied
+    for g, e in zip(got, expected):   # the fused tanh: within an ulp of eager's
+        torch.testing.assert_close(g, e)
+        assert g.stride() == e.stride()
