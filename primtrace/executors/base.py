@@ -85,11 +85,15 @@ class Region:
 
     `nodes` are in topological order; `inputs` are the proxies the nodes read that are
     produced outside the region, in order of first use; `outputs` are the proxies produced
-    inside that are used after the region or returned by the trace.
+    inside that are used after the region or returned by the trace. `dying` names the
+    inputs that die in it in memory of their own (a matmul's result read by nothing else):
+    lowering fills it before asking ``fuse_single_call``, as a kernel may write its output
+    there (``executors/buffer_reuse.py``) and allocate nothing.
     """
     nodes: list[Node]
     inputs: list[Proxy] = field(default_factory=list)
     outputs: list[Proxy] = field(default_factory=list)
+    dying: frozenset = field(default=frozenset(), kw_only=True)
 
     @classmethod
     def from_nodes(cls, trace: Trace, nodes: list[Node]) -> "Region":

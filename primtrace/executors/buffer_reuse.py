@@ -155,6 +155,24 @@ def _dead_inputs_for_outputs(node: Node, dead, autograd: bool) -> dict[int, int]
     return into
 
 
+def dying_inputs(region, nodes: list[Node], trace: Trace) -> frozenset:
+    """The names of `region`'s tensor inputs that die in it in memory of their own (read by
+    no node outside it, not a trace input or output, made fresh by their producer), laid
+    out as one of its outputs: where its kernel's output may go (Region.dying)."""
+    inside = {id(n) for n in region.nodes}
+    names = {p.name for p in region.inputs if isinstance(p, TensorProxy)
+             and any(isinstance(o, TensorProxy) and _same_layout(p, o) for o in region.outputs)}
+    names -= {p.name for p in trace.inputs} | {p.name for p in proxies_in(trace.outputs)}
+    producer = {}
+    for n in nodes:
+        if id(n) not in inside:
+            names -= {p.name for p in n.inputs}
+        for p in n.output_proxies:
+            if p.name in names:
+                producer[p.name] = (n, p)
+    return frozenset(name for name in names if name in producer and _fresh(*producer[name]))
+
+
 def _same_layout(a: TensorProxy, out: TensorProxy) -> bool:
     """Whether `out` fits exactly in `a`'s memory: shape (symbolic sizes: the same proxy),
     dtype, device and strides."""

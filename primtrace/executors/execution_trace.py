@@ -15,6 +15,7 @@ import networkx as nx
 
 from primtrace.executors.base import (Executor, FusionExecutor, OperatorExecutor, Region,
                                       dependency_graph)
+from primtrace.executors.buffer_reuse import dying_inputs
 from primtrace.ir.symbol import Symbol, SymbolKind
 from primtrace.ir.trace import Node, Trace
 from primtrace.ir.tree import proxies_in
@@ -52,6 +53,8 @@ def lower(trace: Trace, executors: list[Executor], put_back: bool = True) -> Tra
                 # its prims' values (after CSE, a value another call's prims made)
                 _check_region(view, ex, region, position, owner)
                 call = single_call(region, nodes, trace.inputs, hidden)
+                if put_back and call is not None:
+                    region.dying = dying_inputs(region, nodes, trace)
                 if put_back and call is not None and not ex.fuse_single_call(region):
                     _note_effect_free(call, region.nodes, effect_free)
                     nodes = _replace(nodes, region.nodes, call)

@@ -6,6 +6,7 @@ import torch.nn.functional as F
 
 import primtrace
 from primtrace.executors.numba import NumbaFusionExecutor
+from tests.numba.helpers import check_against_eager
 
 
 def calls(fn, *args):
@@ -30,8 +31,27 @@ GELU_, ADD_ = "torch.nn.functional.gelu_", "torch.Tensor.add_"
 
 
 def test_gelu_and_residual_add_write_into_the_dead_matmul_outputs():
+    """At 24K float32 elements the GELU fuses (cost.GELU_INTO_DEAD): its kernel takes the
+    matmul output's memory; the residual add is torch's add_ into the second one."""
     got, expected, names = calls(mlp, *inputs())
-    assert GELU_ in names and ADD_ in names
+    assert names == ["torch.nn.functional.linear", "numba_fusion_0",
+                     "torch.nn.functional.linear", ADD_], names
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)   # ulps, through a matmul
+
+    def hidden(x, w1, b, w2):
+        return F.gelu(F.linear(x, w1, b))
+    jfn = primtrace.jit(hidden, executors=[NumbaFusionExecutor()])
+    check_against_eager(jfn, hidden, *inputs())   # our erf: at least as close to float64
+    assert any(map(_takes_input, _launchers(jfn)))
+
+
+def test_a_larger_gelu_stays_eagers_and_writes_in_place():
+    """Above cost.GELU_INTO_DEAD's size eager's GELU kernel is as fast: it runs as gelu_ into
+    the dead matmul output."""
+    g = torch.Generator().manual_seed(0)
+    x, w1 = torch.randn(256, 96, generator=g), torch.randn(384, 96, generator=g)
+    got, expected, names = calls(lambda x, w1: F.gelu(F.linear(x, w1)), x, w1)
+    assert GELU_ in names, names
     assert torch.equal(got, expected)
 
 
@@ -92,7 +112,8 @@ def test_w10_block_values_unchanged_and_trace_shows_the_in_place_calls():
         names = [n.symbol.qualname for n in primtrace.last_trace(jfn).nodes]
         torch.testing.assert_close(got, block(x), rtol=1e-5, atol=1e-6)
     assert torch.equal(got, again)
-    assert GELU_ in names and names[-1] == ADD_
+    assert names[-1] == ADD_   # the GELU's kernel (4K elements) takes the dead matmul output
+    assert any(map(_takes_input, _launchers(jfn)))
 
 
 def test_a_call_with_out_is_left_as_written():

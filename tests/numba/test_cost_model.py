@@ -215,3 +215,23 @@ def test_attention_runs_as_its_prims_where_eager_takes_its_math_path():
         torch.testing.assert_close(g_, e)
     _, nodes = run(_attention, q, q, q, mask)      # heads alike: eager's fused kernel
     assert nodes == ["torch.nn.functional.scaled_dot_product_attention"], nodes
+
+
+def test_a_gelu_on_a_dying_linear_output_fuses_into_its_memory():
+    """F.gelu after a Linear at 16K float32 elements: eager's own kernel beats ours on a
+    fresh output, not where ours writes into the Linear's dead output (cost.GELU_INTO_DEAD);
+    on an argument (nothing dies) it stays eager's call."""
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(64, 128, generator=g), torch.randn(256, 128, generator=g) * 0.1
+
+    def mlp(x, w):
+        return F.gelu(F.linear(x, w))
+    with torch.no_grad():
+        jfn = primtrace.jit(mlp, executors=[NumbaFusionExecutor()])
+        got = jfn(x, w)
+        nodes = primtrace.last_trace(jfn).nodes
+    assert [n.symbol.qualname for n in nodes] == ["torch.nn.functional.linear", "numba_fusion_0"]
+    assert "o0 = i0" in nodes[1].symbol.impl.launcher
+    torch.testing.assert_close(got, mlp(x, w))
+    _, names = run(F.gelu, torch.randn(64, 256, generator=g))
+    assert names == ["torch.nn.functional.gelu"], names

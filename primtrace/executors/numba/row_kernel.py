@@ -255,17 +255,19 @@ def _separate_columns(plan: RowPlan) -> bool:
 
 def reusable_inputs(plan: RowPlan) -> dict[int, list[int]]:
     """New element output -> the inputs whose memory it could take when they die at the
-    node: read only in this row's passes, at the element the last pass writes, and not
-    again by a column loop after the stores (``launch.same_index_inputs``)."""
+    node: read only in this row's passes, at the element the last pass writes, in place
+    (not through a contiguous copy), and not again by a column loop after the stores
+    (``launch.same_index_inputs``)."""
     if plan.nrows == 0 or any(s.output is None for s in plan.stores):
         return {}
     final = plan.passes[-1] if plan.passes else []
     stores = [s for s in plan.stores if not plan.is_row_store(s)]
-    reread = set()
+    # not a load of a contiguous copy (stores through its pointer would land in the copy)
+    excluded = {load.index for load in plan.loads if load.name in plan.contiguous}
     if _separate_columns(plan):
         _, needed = _column_addends(plan, final, stores, plan.columns)
-        reread = {line.load.index for line in final if line.var in needed and line.load}
-    return {s.output: [j for j in launch.same_index_inputs(plan, s) if j not in reread]
+        excluded |= {line.load.index for line in final if line.var in needed and line.load}
+    return {s.output: [j for j in launch.same_index_inputs(plan, s) if j not in excluded]
             for s in stores}
 
 
