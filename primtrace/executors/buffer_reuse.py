@@ -42,9 +42,9 @@ IN_PLACE = {
 }
 #: calls whose tensor result is always new memory
 FRESH = {F.linear, torch.matmul, torch.Tensor.matmul, torch.mm, torch.bmm, torch.addmm,
-         *IN_PLACE}
+         F.conv1d, F.conv2d, F.conv3d, torch.conv1d, torch.conv2d, torch.conv3d, *IN_PLACE}
 #: prims whose torch implementation always returns new memory
-FRESH_PRIMS = {"matmul"}
+FRESH_PRIMS = {"matmul", "convolution"}
 
 
 def reuse_buffers(trace: Trace) -> Trace:

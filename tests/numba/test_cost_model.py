@@ -235,3 +235,25 @@ def test_a_gelu_on_a_dying_linear_output_fuses_into_its_memory():
     torch.testing.assert_close(got, mlp(x, w))
     _, names = run(F.gelu, torch.randn(64, 256, generator=g))
     assert names == ["torch.nn.functional.gelu"], names
+
+
+def test_a_layer_norm_of_a_transposed_residual_stream_fuses():
+    """Whisper's encoder: its conv stem leaves the residual stream transposed, so each
+    residual add and layer_norm reads a tensor strided along the normalized dim. Eager's
+    layer_norm reads a contiguous copy of it; the row kernels fuse the add and the norm
+    (cost.COPYING_ROW_CALLS) instead of leaving both to torch."""
+    g = torch.Generator().manual_seed(0)
+    stem = torch.randn(1, 128, 100, generator=g)
+    r, w, b = (torch.randn(100, 128, generator=g), torch.randn(128, generator=g),
+               torch.randn(128, generator=g))
+
+    def block(stem, r, w, b):
+        h = stem.permute(0, 2, 1) + r
+        return F.layer_norm(h, (128,), w, b), h
+    got, nodes = run(block, stem, r, w, b)
+    assert "torch.nn.functional.layer_norm" not in nodes, nodes
+    assert all(n.startswith("numba_fusion") or n.startswith("torch.Tensor.permute")
+               for n in nodes), nodes
+    for g_, e in zip(got, block(stem, r, w, b)):
+        torch.testing.assert_close(g_, e)
+        assert g_.stride() == e.stride()

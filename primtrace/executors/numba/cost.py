@@ -220,6 +220,12 @@ def _reduction_inputs(nodes):
     return [reduction_args(n) for n in nodes if is_reduction(n) and not is_column(n)]
 
 
+#: calls whose CPU kernel reads a contiguous copy of an input strided along the reduced
+#: dim, as our row kernel does (at::layer_norm's X.contiguous(), host_softmax's): no reason
+#: to leave them whole to torch (Whisper's residual stream is transposed by its conv stem)
+COPYING_ROW_CALLS = {"layer_norm", "softmax", "log_softmax"}
+
+
 def reductions_fuse(nodes, fused=None) -> bool:
     """Whether the reductions among one call's prims `nodes` may run in a row kernel: each
     has enough rows to share among threads (or is small), and no tensor the call reads is
@@ -237,6 +243,9 @@ def reductions_fuse(nodes, fused=None) -> bool:
         rows = hint_numel(a.shape[:a.ndim - len(dims)])
         if rows < MIN_ROWS and _numel(a) > SMALL_ELEMENTS:
             return False
+    call = nodes[0].origin
+    if call is not None and call.symbol.name in COPYING_ROW_CALLS:
+        return True   # eager reads a contiguous copy too
     produced = {p.name for n in nodes for p in n.output_proxies}
     for n in nodes if fused is None else fused:
         for p in n.inputs:
