@@ -53,21 +53,24 @@ _SDPA_ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "s
 def runs_math(args: tuple, kwargs: dict) -> bool:
     """Whether eager's sdpa runs its math path (matmul, softmax and the mask as separate
     calls) for a call with these arguments (proxies or tensors): key and value heads
-    broadcast over the query's (Falcon's multi-query attention with a mask, 1.9x slower
-    than the same ops with the mask and softmax fused: 149 against 78 us at 4 x 64 x 32).
-    False where unsure (symbolic sizes, odd arguments)."""
+    broadcast over the query's (Falcon's multi-query attention with a mask, 2.3x slower
+    than the same ops with the mask and softmax fused: 120 against 52 us at 4 x 64 x 32).
+    False where unsure (symbolic sizes, traced numbers, odd arguments)."""
     given = {**dict(zip(_SDPA_ARGS, args)), **kwargs}
     tensors = [given.get(n) for n in ("query", "key", "value", "attn_mask")]
-    if set(given) - set(_SDPA_ARGS) or not all(
+    numbers = [given.get(n, d) for n, d in (("dropout_p", 0.0), ("is_causal", False),
+                                            ("scale", None), ("enable_gqa", False))]
+    if set(given) - set(_SDPA_ARGS) or any(t is None for t in tensors[:3]) or not all(
             hasattr(t, "stride") and all(type(n) is int for n in t.shape)
-            for t in tensors if t is not None) or any(t is None for t in tensors[:3]):
+            for t in tensors if t is not None) or not all(
+            v is None or type(v) in (bool, int, float) for v in numbers):
         return False
     stand_ins = [None if t is None else torch.empty_strided(
         tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=t.device) for t in tensors]
+    dropout_p, is_causal, scale, enable_gqa = numbers
     try:
-        return torch._fused_sdp_choice(
-            *stand_ins, float(given.get("dropout_p", 0.0)), bool(given.get("is_causal", False)),
-            scale=given.get("scale"), enable_gqa=bool(given.get("enable_gqa", False))) == _MATH
+        return torch._fused_sdp_choice(*stand_ins, float(dropout_p), bool(is_causal),
+                                       scale=scale, enable_gqa=bool(enable_gqa)) == _MATH
     except (RuntimeError, TypeError, ValueError):
         return False
 

@@ -104,6 +104,28 @@ def test_training_loop_with_batch_norm_and_relu_matches_eager():
     torch.testing.assert_close(jm(x), eager(x), rtol=1e-4, atol=1e-5)
 
 
+def test_running_statistics_updated_in_training_do_not_require_grad():
+    """batch_norm's running statistics are updated outside autograd in eager: a value read
+    from them afterwards requires no grad though the batch's statistics do (random program
+    104240 returned softmax(running_mean) requiring grad)."""
+    def f(x, w, running_mean, running_var):
+        h = x @ w.t()
+        F.batch_norm(h, running_mean, running_var, training=True, momentum=0.3)
+        return torch.softmax(running_mean, -1), running_var * 2
+
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(3, 4, generator=g), torch.randn(2, 4, generator=g).requires_grad_()
+    stats = [torch.zeros(2), torch.ones(2)]
+    eager_stats = [t.clone() for t in stats]
+    got, expected = primtrace.jit(f)(x, w, *stats), f(x, w, *eager_stats)
+    for a, b in zip(got, expected):
+        assert a.requires_grad == b.requires_grad == False   # noqa: E712
+        torch.testing.assert_close(a, b)
+    for a, b in zip(stats, eager_stats):
+        assert not a.requires_grad
+        torch.testing.assert_close(a, b)
+
+
 def test_frozen_parameters_get_no_gradient():
     lin = nn.Linear(4, 4)
     lin.weight.requires_grad_(False)

@@ -425,7 +425,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         var = prims.var(x, dims, correction=0)
         # an empty batch (count 0) leaves the running statistics as they are, as eager
         if (running_mean is not None or running_var is not None) and count:
-            _update_running(running_mean, running_var, mean, var, count, float(momentum))
+            with torch.no_grad():   # eager's kernel updates them outside autograd
+                _update_running(running_mean, running_var, mean, var, count, float(momentum))
     else:
         if running_mean is None or running_var is None:
             raise RuntimeError("running_mean and running_var must be defined in evaluation mode")
