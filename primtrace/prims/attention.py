@@ -50,26 +50,39 @@ _SDPA_ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "s
               "enable_gqa")
 
 
+def sdpa_arguments(args: tuple, kwargs: dict) -> dict | None:
+    """A scaled_dot_product_attention call's arguments by name; None for an unknown one."""
+    given = {**dict(zip(_SDPA_ARGS, args)), **kwargs}
+    return None if set(given) - set(_SDPA_ARGS) else given
+
+
+def stand_ins(tensors) -> list:
+    """Empty tensors laid out as `tensors` (proxies or tensors; None stays None), for asking
+    torch which kernel it would pick."""
+    return [None if t is None else torch.empty_strided(
+        tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=t.device) for t in tensors]
+
+
 def runs_math(args: tuple, kwargs: dict) -> bool:
     """Whether eager's sdpa runs its math path (matmul, softmax and the mask as separate
     calls) for a call with these arguments (proxies or tensors): key and value heads
     broadcast over the query's (Falcon's multi-query attention with a mask, 2.3x slower
     than the same ops with the mask and softmax fused: 120 against 52 us at 4 x 64 x 32).
     False where unsure (symbolic sizes, traced numbers, odd arguments)."""
-    given = {**dict(zip(_SDPA_ARGS, args)), **kwargs}
+    given = sdpa_arguments(args, kwargs)
+    if given is None:
+        return False
     tensors = [given.get(n) for n in ("query", "key", "value", "attn_mask")]
     numbers = [given.get(n, d) for n, d in (("dropout_p", 0.0), ("is_causal", False),
                                             ("scale", None), ("enable_gqa", False))]
-    if set(given) - set(_SDPA_ARGS) or any(t is None for t in tensors[:3]) or not all(
+    if any(t is None for t in tensors[:3]) or not all(
             hasattr(t, "stride") and all(type(n) is int for n in t.shape)
             for t in tensors if t is not None) or not all(
             v is None or type(v) in (bool, int, float) for v in numbers):
         return False
-    stand_ins = [None if t is None else torch.empty_strided(
-        tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=t.device) for t in tensors]
     dropout_p, is_causal, scale, enable_gqa = numbers
     try:
-        return torch._fused_sdp_choice(*stand_ins, float(dropout_p), bool(is_causal),
+        return torch._fused_sdp_choice(*stand_ins(tensors), float(dropout_p), bool(is_causal),
                                        scale=scale, enable_gqa=bool(enable_gqa)) == _MATH
     except (RuntimeError, TypeError, ValueError):
         return False

@@ -77,14 +77,12 @@ def _fused_attention(trace: Trace, node: Node) -> Node | None:
     backward reads instead of running the attention again), where eager's sdpa would run
     torch's fused CPU kernel: no mask, dropout or grouped heads; None elsewhere."""
     from primtrace import prims
-    from primtrace.prims.attention import picks_flash
+    from primtrace.prims.attention import picks_flash, sdpa_arguments, stand_ins
     if node.call is None or node.call[0] is not torch.nn.functional.scaled_dot_product_attention:
         return None
     _, args, kwargs = node.call
-    names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
-             "enable_gqa")
-    given = {**dict(zip(names, args)), **kwargs}
-    if set(given) - set(names) or given.get("attn_mask") is not None or \
+    given = sdpa_arguments(args, kwargs)
+    if given is None or given.get("attn_mask") is not None or \
             given.get("dropout_p", 0.0) or given.get("enable_gqa", False):
         return None
     q, k, v = given["query"], given["key"], given["value"]
@@ -95,8 +93,7 @@ def _fused_attention(trace: Trace, node: Node) -> Node | None:
             not isinstance(node.outputs, TensorProxy) or \
             any(has_symbolic(t.shape) for t in (q, k, v)):
         return None
-    stand_ins = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype) for t in (q, k, v)]
-    if not picks_flash(*stand_ins, is_causal, scale):
+    if not picks_flash(*stand_ins((q, k, v)), is_causal, scale):
         return None
     strides = tuple(node.outputs.stride())
     _, lse = prims.attention._flash_meta(q, k, v, is_causal, scale, strides)
