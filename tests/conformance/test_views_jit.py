@@ -218,7 +218,9 @@ def test_cached_call_with_other_size1_strides_keeps_views():
 
 
 def test_view_prims_stay_out_of_fused_regions():
-    """Views run in the torch executor (metadata only); kernels read their results."""
+    """Views run in the torch executor (metadata only); kernels read their results. A slice
+    that only a kernel reads is a load at an offset inside it, and a cat splits its loop
+    (tests/numba/test_fused_slices.py)."""
     from primtrace.prims import views
     def fn(x, v):
         y = (x * 2).t()[1:].unsqueeze(0).expand(2, 3, 4)
@@ -228,4 +230,5 @@ def test_view_prims_stay_out_of_fused_regions():
     assert torch.equal(jitted(x, v), fn(x, v))
     nodes = primtrace.last_trace(jitted).nodes
     fused = [n for n in nodes if n.subnodes]
-    assert fused and not any(s.symbol.name in views.PRIMS for n in fused for s in n.subnodes)
+    kept = set(views.PRIMS) - {"slice", "cat"}
+    assert fused and not any(s.symbol.name in kept for n in fused for s in n.subnodes)

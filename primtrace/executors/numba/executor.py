@@ -5,8 +5,10 @@ same cycle check) with what one elementwise kernel needs:
 
 - every value that leaves a region has the region's iteration shape and device (values of
   a smaller shape may live inside, reaching the outputs through ``broadcast_in_dim``);
-- a ``broadcast_in_dim`` output never leaves a region (it is a view: the torch executor
-  makes it, for free, and the consumer reads it with stride 0);
+- a ``broadcast_in_dim`` or ``slice`` output never leaves a region (it is a view: the
+  torch executor makes it, for free, and the consumer reads it with stride 0, or at an
+  offset); a ``cat`` inside a region splits the kernel's loop where its operands meet
+  (CPU elementwise kernels only: not beside a reduction);
 - ``copy_to`` into a tensor the region receives is a store into it (in place, no copy);
   into a value computed in the region it just forwards the value;
 - a region needs real work (not only views and ``full``); one whose values nothing
@@ -122,6 +124,8 @@ class NumbaFusionExecutor(FusionExecutor):
             if isinstance(a, complex):
                 return False
         if row.structural:
+            if row.cpu_only and self._backend_for(device) != "cpu":
+                return False
             return row.fusible is None or row.fusible(args)
         tensors = [a for a in args if isinstance(a, TensorProxy)]
         if not tensors or len(args) != row.arity or not all(
@@ -186,9 +190,10 @@ class NumbaFusionExecutor(FusionExecutor):
 
     # --- partitioning --------------------------------------------------------------------
     def partition(self, trace: Trace) -> list[Region]:
-        """Regions as below; where the planner refuses a row region as a whole (what the
-        partitioner's cheap checks did not see), its reductions are left to torch and the
-        trace partitioned again, so their elementwise neighbours still fuse."""
+        """Regions as below; where the planner refuses a region as a whole (what the
+        partitioner's cheap checks did not see), its reductions (a row region) or its slices
+        and cats (an elementwise one) are left to torch and the trace partitioned again, so
+        their elementwise neighbours still fuse."""
         excluded: set = set()
         while True:
             regions, refused = self._partition(trace, excluded)
@@ -207,6 +212,7 @@ class NumbaFusionExecutor(FusionExecutor):
             for p in n.inputs:
                 consumers.setdefault(p.name, set()).add(i)
         returned = {p.name for p in proxies_in(trace.outputs)}
+        written = {node_args(n)[0].name for n in nodes if n.symbol.name == "copy_to"}
         fusible = set()
         grad_mode = trace.tags.get("grad_enabled", torch.is_grad_enabled())
         for i, n in enumerate(nodes):
@@ -225,6 +231,8 @@ class NumbaFusionExecutor(FusionExecutor):
                 dst = producer.get(node_args(n)[0].name)
                 if dst is not None and dst.symbol.name == "broadcast_in_dim":
                     continue  # writing through a broadcast view: leave it to torch's checks
+            if n.symbol.name == "slice" and n.output_proxies[0].name in written:
+                continue  # a view written in place: torch makes it, the kernel writes into it
             fusible.add(i)
         group = {i: i for i in fusible}
         members = {i: {i} for i in fusible}
@@ -239,7 +247,7 @@ class NumbaFusionExecutor(FusionExecutor):
                               or n.symbol.name == "copy_to")   # a write is always observable
                     if not leaves:
                         continue
-                    if n.symbol.name == "broadcast_in_dim" or not isinstance(p, TensorProxy):
+                    if n.symbol.name in _VIEWS or not isinstance(p, TensorProxy):
                         return False
                     shapes.add(tuple(p.shape))
                     names.add(p.name)
@@ -248,7 +256,8 @@ class NumbaFusionExecutor(FusionExecutor):
                 return False
             group = [nodes[i] for i in sorted(m)]
             if reduction_plan.has_reduction(group):
-                return reduction_plan.row_group_valid(group, shapes, names)
+                return not any(n.symbol.name in _CPU_ONLY for n in group) \
+                    and reduction_plan.row_group_valid(group, shapes, names)
             return len(shapes) <= 1
 
         def merge(a, b) -> bool:
@@ -306,6 +315,8 @@ class NumbaFusionExecutor(FusionExecutor):
             except NotFusible:
                 if rows:
                     refused |= {i for i in m if reduction_plan.is_reduction(nodes[i])}
+                else:   # a slice or cat the planner cannot split for: the rest still fuses
+                    refused |= {i for i in m if nodes[i].symbol.name in _CPU_ONLY}
                 continue
             regions.append(PlannedRegion(region.nodes, region.inputs, region.outputs, plan))
         regions.sort(key=lambda r: nodes.index(r.nodes[0]))
@@ -364,6 +375,13 @@ class NumbaFusionExecutor(FusionExecutor):
             return row_kernel.compile_region(region, self.name, plan)
         from primtrace.executors.numba.backends import cpu
         return cpu.compile_region(region, self.name, plan)
+
+
+#: prims whose result is a view: a kernel computes it only for its neighbours in the region,
+#: as a new tensor it would no longer alias its input (torch makes the view, for free)
+_VIEWS = ("broadcast_in_dim", "slice")
+#: rows only CPU elementwise kernels plan
+_CPU_ONLY = frozenset(row.prim for row in ops.ROWS if row.cpu_only)
 
 
 def dead(region: Region) -> bool:

@@ -172,17 +172,19 @@ def returns_text(plan: Plan) -> str:
     return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
 
 
-def scalar_args(scalars, region, env: dict) -> list[str]:
+def scalar_args(scalars, region, env: dict, kernel: str = "kernel") -> list[str]:
     """The launcher's arguments for a kernel's scalars (every backend's, elementwise and row
-    kernels): a region input as is (``item()`` of a 0-dim tensor), a constant through `env`."""
+    kernels): a region input as is (``item()`` of a 0-dim tensor), a constant through `env`
+    (named for its `kernel`: the parts of a split loop number their constants each)."""
     args = []
     for s in scalars:
         if s.input is not None:
             p = region.inputs[s.input]
             args.append(f"i{s.input}.item()" if isinstance(p, TensorProxy) else f"i{s.input}")
         else:
-            env[f"const_{s.name}"] = s.value
-            args.append(f"const_{s.name}")
+            name = f"const_{s.name}" if kernel == "kernel" else f"const_{kernel}_{s.name}"
+            env[name] = s.value
+            args.append(name)
     return args
 
 
@@ -193,7 +195,8 @@ def same_index_inputs(plan: Plan, store) -> list[int]:
     addresses, so the compiler assumes nothing about two pointers being apart."""
     same: dict[int, bool] = {}
     for load in plan.loads:
-        same[load.index] = same.get(load.index, True) and load.strides == store.strides
+        same[load.index] = same.get(load.index, True) and load.strides == store.strides \
+            and load.offset == store.offset
     numbers = {s.input for s in plan.scalars}
     return [j for j, ok in same.items() if ok and j not in numbers]
 

@@ -18,9 +18,10 @@ A row (:class:`Op`) says everything the executor knows about one prim:
   the same for float16 operands only (sin, cos: float32 arithmetic for |x| <= 65504);
   ``scalar_exponent``: the lowering where the second operand is a Python number.
 - structural rows (``convert_element_type``, ``broadcast_in_dim``, ``where``, ``full``,
-  ``copy_to``): the planner's method of the same name computes them; ``params`` orders
-  their keyword arguments, ``fusible`` checks a node's arguments, ``work=False`` marks a
-  view or fill that alone is no reason for a kernel.
+  ``copy_to``, ``slice``, ``cat``): the planner's method of the same name computes them;
+  ``params`` orders their keyword arguments, ``fusible`` checks a node's arguments,
+  ``work=False`` marks a view, fill or copy that alone is no reason for a kernel,
+  ``cpu_only`` a row only CPU elementwise kernels plan (loads at offsets, split loops).
 
 ``can_fuse`` (executor.py), the planner (plan.py), ``backends/mathlib.py`` (the CPU
 functions), ``backends/libdevice.py`` (the CUDA functions) and both backends' spellings
@@ -111,6 +112,7 @@ class Op:
     params: tuple | None = None
     fusible: Callable | None = None
     work: bool = True
+    cpu_only: bool = False
     functions: tuple = field(init=False, default=())
 
     def __post_init__(self):
@@ -325,6 +327,24 @@ def _copy_fusible(args) -> bool:
     return all(isinstance(a, TensorProxy) for a in args)
 
 
+def _static_ints(values) -> bool:
+    return isinstance(values, (tuple, list)) and all(type(v) is int for v in values)
+
+
+def _slice_fusible(args) -> bool:
+    """A slice with sizes known now: a load at an offset, with its steps in the strides."""
+    a, starts, stops, steps = args
+    return isinstance(a, TensorProxy) and all(map(_static_ints, (starts, stops, steps)))
+
+
+def _cat_fusible(args) -> bool:
+    """A cat whose operands' sizes along `dim` are known now: the kernel's iteration space
+    splits where one operand ends and the next begins (plan.py's parts)."""
+    tensors, dim = args
+    return (isinstance(tensors, (tuple, list)) and len(tensors) > 0 and type(dim) is int
+            and all(isinstance(t, TensorProxy) and type(t.shape[dim]) is int for t in tensors))
+
+
 def _f16(name: str) -> Fn:
     """The f16-range variant `name` (backends/f16range.py, float32 registers only)."""
     return Fn(name, 1, F16RANGE, None, ("float32",))
@@ -347,6 +367,10 @@ ROWS = (
     Op("full", structural=True, params=("shape", "fill_value", "dtype", "device"), work=False),
     Op("where", structural=True, params=("pred", "a", "b")),
     Op("copy_to", structural=True, params=("dst", "src"), fusible=_copy_fusible),
+    Op("slice", structural=True, params=("a", "starts", "stops", "steps"), fusible=_slice_fusible,
+       work=False, cpu_only=True),
+    Op("cat", structural=True, params=("tensors", "dim"), fusible=_cat_fusible, work=False,
+       cpu_only=True),
     # arithmetic
     Op("add", 2, f=infix("+"), i=int_infix("+"), b=infix("|")),
     Op("sub", 2, f=infix("-"), i=int_infix("-")),

@@ -41,6 +41,7 @@ class Load:
     proxy: TensorProxy
     strides: tuple            # element strides over the iteration dims, then after layout
     var: str = ""             # register holding the value
+    offset: int = 0           # elements from the tensor's first one to the part's first read
 
     @property
     def dtype(self):
@@ -57,6 +58,7 @@ class Store:
     value: str = ""           # register (or float32 expression, see fold_store_roundings) stored
     into_input: int | None = None   # copy_to into this region input
     shares: Load | None = None      # same memory and index as this load (in-place)
+    offset: int = 0                 # elements from the output's first one to the part's first
 
 
 @dataclass
@@ -106,8 +108,13 @@ class Plan:
     summary: list = field(default_factory=list)  # "in0 = a: f16[1024]" lines for the header
     returns: list = field(default_factory=list)  # per region output: ("new", k) | ("input", j)
     aliases: list = field(default_factory=list)  # Alias pairs the launcher checks at run time
+    parts: list = field(default_factory=list)    # a cat's split loop: one Plan per box, in order
+    box: tuple = ()           # a part's ((first, end) per iteration dim) of the whole loop
 
     def signature_text(self) -> str:
+        if self.parts:
+            return "\n".join(f"part {k} (box {part.box}):\n" + "\n".join(
+                "  " + line for line in part.summary) for k, part in enumerate(self.parts))
         return "\n".join(self.summary)
 
 
@@ -162,8 +169,44 @@ def _rounded_to_half(region) -> set[str]:
             if name not in returned and all(map(to_half, nodes))}
 
 
+class _Split(Exception):
+    """A part's loop reads a cat across the boundary of two operands: split its box along
+    iteration dim `dim` at `index` (counted from the box's start) and plan both halves."""
+
+    def __init__(self, box: tuple, dim: int, index: int):
+        super().__init__(f"split dim {dim} at {index}")
+        self.box, self.dim, self.index = box, dim, index
+
+    def halves(self) -> list:
+        lo, hi = self.box[self.dim]
+        cut = lo + self.index
+        return [tuple((lo, cut) if d == self.dim else b for d, b in enumerate(self.box)),
+                tuple((cut, hi) if d == self.dim else b for d, b in enumerate(self.box))]
+
+
+#: parts a cat may split one kernel's loop into (each part costs a kernel call)
+MAX_PARTS = 8
+
+
+def _entry(d, offset: int = 0, step: int = 1):
+    """An index map entry: iteration dim `d` at ``offset + step * i`` (`d` None: the constant
+    index `offset`). The common cases stay as they were: ``d`` alone, or None for 0."""
+    if d is None:
+        return None if offset == 0 else (None, offset, 0)
+    return d if offset == 0 and step == 1 else (d, offset, step)
+
+
+def _terms(entry) -> tuple:
+    """(dim or None, offset, step) of an index map entry."""
+    if entry is None:
+        return None, 0, 0
+    if type(entry) is int:
+        return entry, 0, 1
+    return entry
+
+
 class _Analyzer:
-    def __init__(self, region, backend: Backend):
+    def __init__(self, region, backend: Backend, box: tuple | None = None):
         self.region, self.backend = region, backend
         self.producer = {p.name: n for n in region.nodes for p in n.output_proxies}
         self.input_pos = {p.name: i for i, p in enumerate(region.inputs)}
@@ -175,7 +218,16 @@ class _Analyzer:
         devices = {p.device for p in targets}
         if len(devices) != 1:
             raise NotFusible(f"outputs on several devices {devices}")
-        self.plan = Plan(shape=shapes.pop(), device=devices.pop())
+        shape = shapes.pop()
+        self.box = box or tuple((0, n) for n in shape)
+        if box is None:
+            self.plan = Plan(shape=shape, device=devices.pop())
+            self.out_map = self.identity(shape)
+        else:   # a part of a split loop (hi - lo only on the split, static, dims)
+            sizes = tuple(hi if lo == 0 else hi - lo for lo, hi in box)
+            self.plan = Plan(shape=sizes, device=devices.pop(), box=box)
+            self.out_map = tuple(_entry(None if is_one(n) else d, lo)
+                                 for d, ((lo, _), n) in enumerate(zip(box, sizes)))
         self.memo: dict = {}      # (proxy name, imap) -> (var, dtype, invariant)
         self.converted: dict = {}  # (scalar name, dtype) -> var
         self.consts: dict = {}
@@ -284,7 +336,7 @@ class _Analyzer:
         if p.device != self.plan.device:
             raise NotFusible(f"{p.name} on {p.device}, region on {self.plan.device}")
         strides = _iter_strides(p, imap, self.plan.shape)
-        load = Load(f"in{len(self.plan.loads)}", pos, p, strides)
+        load = Load(f"in{len(self.plan.loads)}", pos, p, strides, offset=_iter_offset(p, imap))
         invariant = not any(strides)
         load.var = f"x{len(self.plan.loads)}"
         if p.dtype is torch.float16:
@@ -294,7 +346,8 @@ class _Analyzer:
         self.plan.loads.append(load)
         shape_text = dtype_text(p)
         self.plan.summary.append(f"{load.name} = {p.name}: {shape_text}"
-                                 + ("" if imap == self.identity(p.shape) else f" (broadcast, strides {list(strides)})"))
+                                 + ("" if imap == self.identity(p.shape) else f" (broadcast, strides {list(strides)})")
+                                 + (f" from element {load.offset}" if load.offset else ""))
         # comments never name trace values: the source is the kernel's cache key
         self.plan.lines.append(Line(load.var, "", invariant, f"load {dtype_name(p.dtype)}",
                                     load=load))
@@ -332,6 +385,38 @@ class _Analyzer:
             raise NotFusible("a symbolic size broadcast (its size 1 at this call's hint)")
         inner = tuple(None if is_one(a.shape[i]) else imap[d] for i, d in enumerate(dims))
         return self.value(a, inner)
+
+    def slice(self, args, out_dtype, imap):
+        """A view at an offset: read its input where the slice's index lands."""
+        a, starts, stops, steps = args
+        if self.backend is not ops.CPU:
+            raise NotFusible("a slice outside a CPU elementwise kernel")
+        inner = []
+        for k, entry in enumerate(imap):
+            d, offset, step = _terms(entry)
+            inner.append(_entry(d, starts[k] + steps[k] * offset, steps[k] * step))
+        return self.value(a, tuple(inner))
+
+    def cat(self, args, out_dtype, imap):
+        """The operand this part's loop reads along `dim`, at its own index; a part reading
+        across two operands is split where the second begins (:class:`_Split`)."""
+        tensors, dim = args
+        if self.backend is not ops.CPU:
+            raise NotFusible("a cat outside a CPU elementwise kernel")
+        d, offset, step = _terms(imap[dim])
+        first = offset
+        last = offset if d is None else offset + step * (self.plan.shape[d] - 1)
+        start = 0
+        for t in tensors:
+            end = start + t.shape[dim]
+            if start <= first < end:
+                if last < end:
+                    inner = list(imap)
+                    inner[dim] = _entry(d, offset - start, step)
+                    return self.value(t, tuple(inner))
+                raise _Split(self.box, d, -(-(end - offset) // step))
+            start = end
+        raise NotFusible(f"cat read at {first} beyond its size {start}")
 
     def trivial_sum(self, node, p, imap):
         """A float sum over size-1 dims (reduction_plan.is_trivial): ``x + 0``, read at the
@@ -456,11 +541,14 @@ class _Analyzer:
                 raise NotFusible(f"output {out.name} is not a tensor")
             if self.producer[out.name].symbol.name == "broadcast_in_dim":
                 raise NotFusible("a broadcast view leaves the region")
+            if self.producer[out.name].symbol.name == "slice":
+                raise NotFusible("a slice view leaves the region")
             target = self.resolve(out)
             plan.returns.append(("input", target) if target is not None else ("new", k))
             if target is None:
-                var, _, _ = self.value(out, self.identity(out.shape))
-                plan.stores.append(Store(f"out{k}", k, out.dtype, tuple(out.stride()), var))
+                var, _, _ = self.value(out, self.out_map)
+                plan.stores.append(Store(f"out{k}", k, out.dtype, tuple(out.stride()), var,
+                                         offset=_iter_offset(out, self.out_map)))
                 plan.summary.append(f"out{k} = {out.name}: {dtype_text(out)}")
         # in place: every copy_to into an input writes it; the last one per input is stored
         last = {}
@@ -471,6 +559,9 @@ class _Analyzer:
                     last[target] = node
                 elif node_args(node)[0].name not in self.producer:
                     raise NotFusible("copy_to into an unknown tensor")
+        if last and any(n.symbol.name in ("slice", "cat") for n in region.nodes):
+            # the overlap check sees whole inputs, where eager checks the slice it reads
+            raise NotFusible("an in-place write beside a slice or cat")
         for pos, node in sorted(last.items()):
             dst = region.inputs[pos]
             if tuple(dst.shape) != plan.shape:
@@ -480,7 +571,7 @@ class _Analyzer:
             store = Store(f"io{pos}", None, dst.dtype, tuple(dst.stride()), var, into_input=pos)
             strides = _iter_strides(dst, self.identity(dst.shape), plan.shape)
             for load in plan.loads:   # read and written: one pointer, one offset
-                if load.index == pos and load.strides == strides:
+                if load.index == pos and load.strides == strides and load.offset == 0:
                     store.shares = load
             plan.stores.append(store)
             plan.summary.append(f"{store.name} = {dst.name}: {dtype_text(dst)}, written in place"
@@ -500,7 +591,8 @@ class _Analyzer:
         (node None) or to the node computing it."""
         while p.name not in self.input_pos:
             node = self.producer.get(p.name)
-            if node is None or node.symbol.name not in ("convert_element_type", "broadcast_in_dim"):
+            if node is None or node.symbol.name not in ("convert_element_type", "broadcast_in_dim",
+                                                        "slice"):
                 return p, node
             p = node_args(node)[0]
         return p, None
@@ -558,10 +650,10 @@ class _Analyzer:
         return pairs
 
     def _through_broadcasts(self, p):
-        """A broadcast is a view: reading it is reading its input."""
+        """A broadcast or slice is a view: reading it is reading its input."""
         while p.name not in self.input_pos:
             node = self.producer.get(p.name)
-            if node is None or node.symbol.name != "broadcast_in_dim":
+            if node is None or node.symbol.name not in ("broadcast_in_dim", "slice"):
                 return p
             p = node_args(node)[0]
         return p
@@ -597,10 +689,16 @@ def _iter_strides(p, imap, shape) -> tuple:
     """`p`'s element strides over the iteration dims of `shape`, seen through index map
     `imap` (a broadcast dim, None, has stride 0)."""
     strides = [0] * len(shape)
-    for k, d in enumerate(imap):
+    for k, entry in enumerate(imap):
+        d, _, step = _terms(entry)
         if d is not None:
-            strides[d] += p.stride()[k]
+            strides[d] += step * p.stride()[k]
     return tuple(strides)
+
+
+def _iter_offset(p, imap) -> int:
+    """Elements from `p`'s first one to the one index map `imap` reads at iteration 0."""
+    return sum(_terms(entry)[1] * s for entry, s in zip(imap, p.stride()))
 
 
 def dtype_name(dtype) -> str:
@@ -612,10 +710,33 @@ def dtype_text(p) -> str:
 
 
 def analyze(region, backend: Backend) -> Plan:
-    """The kernel plan of `region`; raises NotFusible for what the backend cannot compile."""
-    plan = _Analyzer(region, backend).run()
-    layout(plan)
-    return plan
+    """The kernel plan of `region`; raises NotFusible for what the backend cannot compile.
+
+    A region reading a ``cat`` plans one part per box of the loop that reads one operand
+    of each cat (split where an operand ends, :class:`_Split`); its plan then holds the
+    parts, each a plan of its own whose loads and stores start at an offset."""
+    boxes, parts = [None], []
+    while boxes:
+        box = boxes.pop()
+        try:
+            part = _Analyzer(region, backend, box).run()
+        except _Split as split:
+            if len(parts) + len(boxes) + 2 > MAX_PARTS:
+                raise NotFusible(f"a cat splitting the loop into more than {MAX_PARTS} parts")
+            if any(is_symbolic(n) for lo_hi in split.box for n in lo_hi):
+                raise NotFusible("a cat splitting a loop over symbolic sizes")
+            boxes += reversed(split.halves())
+            continue
+        layout(part)
+        parts.append(part)
+    if len(parts) == 1:
+        return parts[0]
+    shape = tuple(max(part.box[d][1] for part in parts) for d in range(len(parts[0].box)))
+    whole = Plan(shape=shape, device=parts[0].device, parts=parts,
+                 stores=parts[0].stores, returns=parts[0].returns)
+    whole.numel = sum(part.numel for part in parts)
+    whole.sizes = whole.shape
+    return whole
 
 
 # --- layout -----------------------------------------------------------------------------------

@@ -239,6 +239,11 @@ class _RowAnalyzer(_Analyzer):
         self.first: dict = {}      # (name, imap) -> (pass, memo entry) of a per-element value
         self._last: Line | None = None
 
+    def slice(self, args, out_dtype, imap):
+        raise NotFusible("a slice or cat in a row kernel (elementwise kernels only)")
+
+    cat = slice
+
     # placement
     def _place(self, line: Line, expr: str) -> None:
         """A line goes to the current pass if it reads a per-element value of it, else to

@@ -339,10 +339,11 @@ def blocks_for(sizes: tuple, is_tiled: bool, variant: str) -> tuple[int, int, in
     return nblocks, -(-inner // nblocks), 1
 
 
-def launcher_source(plan: Plan, region, variant: str, fn_name: str,
+def launcher_source(plan: Plan, region, variant, fn_name: str,
                     into: dict | None = None) -> tuple[str, dict]:
     """Python source of the launcher and the globals it needs; `into` maps new outputs to
-    the dead inputs whose memory they take (:func:`reusable_inputs`)."""
+    the dead inputs whose memory they take (:func:`reusable_inputs`). A plan in parts
+    (a split loop) calls one kernel per part, ``kernel<k>``, with `variant` a list."""
     nin = len(region.inputs)
     args = [f"i{j}" for j in range(nin)]
     env = {"torch": torch, "empty_strided": torch.empty_strided, "huge_pages": huge_pages}
@@ -359,30 +360,44 @@ def launcher_source(plan: Plan, region, variant: str, fn_name: str,
             if advised(plan.numel * p.dtype.itemsize):
                 alloc = f"huge_pages({alloc})"
             lines.append(launch.output_line(s.output, alloc, into or {}))
-    if plan.numel > 0:
-        call = [size_text(n, region) for n in plan.sizes]
-        if plan.symbolic:   # the variant and blocks for this call's sizes
-            lines.append(f"    variant = variant_for({' * '.join(call)})")
-            lines.append("    kernel = kernels(variant)")
-        if len(plan.sizes) > 1 and plan.symbolic:
-            env["blocks_for"] = blocks_for
-            lines.append(f"    nb, bl, rw = blocks_for(({', '.join(call)},), {tiled(plan)}, "
-                         "variant)")
-            call += ["nb", "bl", "rw"]
-        elif len(plan.sizes) > 1:
-            call += [str(x) for x in blocks(plan, variant)]
-        for op in kernel_body.memory_operands(plan):
-            j = op.into_input if isinstance(op, Store) else op.index
-            if j in addresses:
-                call.append(f"a{j}")   # read by the overlap check already
-            else:
-                call.append(f"{f'o{op.output}' if j is None else f'i{j}'}.data_ptr()")
-            call += [str(v) for _, v in kernel_body.runtime_strides(op)]
-        call += launch.scalar_args(plan.scalars, region, env)
-        lines.append(f"    if kernel({', '.join(call)}):")
-        lines.append('        raise RuntimeError("ZeroDivisionError")')
+    if plan.parts:
+        for k, (part, part_variant) in enumerate(zip(plan.parts, variant)):
+            lines += _call_lines(part, region, part_variant, f"kernel{k}", env, addresses)
+    else:
+        lines += _call_lines(plan, region, variant, "kernel", env, addresses)
     lines.append(f"    return {launch.returns_text(plan)}")
     return "\n".join(lines), env
+
+
+def _call_lines(plan: Plan, region, variant: str, kernel: str, env: dict,
+                addresses: set) -> list[str]:
+    """The launcher's lines calling `kernel` on `plan`'s operands (none for no elements)."""
+    if plan.numel == 0:
+        return []
+    lines = []
+    call = [size_text(n, region) for n in plan.sizes]
+    if plan.symbolic:   # the variant and blocks for this call's sizes
+        lines.append(f"    variant = variant_for({' * '.join(call)})")
+        lines.append(f"    {kernel} = kernels(variant)")
+    if len(plan.sizes) > 1 and plan.symbolic:
+        env["blocks_for"] = blocks_for
+        lines.append(f"    nb, bl, rw = blocks_for(({', '.join(call)},), {tiled(plan)}, "
+                     "variant)")
+        call += ["nb", "bl", "rw"]
+    elif len(plan.sizes) > 1:
+        call += [str(x) for x in blocks(plan, variant)]
+    for op in kernel_body.memory_operands(plan):
+        j = op.into_input if isinstance(op, Store) else op.index
+        if j in addresses:
+            address = f"a{j}"   # read by the overlap check already
+        else:
+            address = f"{f'o{op.output}' if j is None else f'i{j}'}.data_ptr()"
+        call.append(address + (f" + {op.offset * op.dtype.itemsize}" if op.offset else ""))
+        call += [str(v) for _, v in kernel_body.runtime_strides(op)]
+    call += launch.scalar_args(plan.scalars, region, env, kernel)
+    lines.append(f"    if {kernel}({', '.join(call)}):")
+    lines.append('        raise RuntimeError("ZeroDivisionError")')
+    return lines
 
 
 def compile_region(region, fn_name: str = "numba_fusion", plan: Plan | None = None,
@@ -393,21 +408,30 @@ def compile_region(region, fn_name: str = "numba_fusion", plan: Plan | None = No
     plan = plan or analyze(region, CPU)
     if into:
         plan = launch.sharing(plan, into)
-    module_source = render_module(plan)
-    variant = choose_variant(plan) if plan.numel > 0 else "kernel_serial"
-    launcher, env = launcher_source(plan, region, variant, fn_name, into)
-    if plan.numel > 0:
-        key, module = kernel_cache.load_module(module_source, "cpu")
-        env["kernel"] = kernel_cache.compiled(key, module, variant, _njit(variant == "kernel_parallel"))
-        if plan.symbolic:
-            env["variant_for"], env["kernels"] = _variants(plan, key, module, variant, env["kernel"])
+    env_kernels, sources, variants = {}, [], []
+    for k, part in enumerate(plan.parts or [plan]):
+        module_source = render_module(part)
+        variant = choose_variant(part) if part.numel > 0 else "kernel_serial"
+        name = f"kernel{k}" if plan.parts else "kernel"
+        if part.numel > 0:
+            key, module = kernel_cache.load_module(module_source, "cpu")
+            env_kernels[name] = kernel_cache.compiled(
+                key, module, variant, _njit(variant == "kernel_parallel"))
+            if part.symbolic:
+                env_kernels["variant_for"], env_kernels["kernels"] = _variants(
+                    part, key, module, variant, env_kernels[name])
+        sources.append(module_source)
+        variants.append(variant)
+    launcher, env = launcher_source(plan, region, variants if plan.parts else variants[0],
+                                    fn_name, into)
+    env.update(env_kernels)
     code = compile(launcher, f"<primtrace {fn_name}>", "exec")
     exec(code, env)
     fn = env[fn_name]
-    fn.source = describe(plan, region, launcher, module_source, variant)
+    fn.source = describe(plan, region, launcher, "\n\n".join(sources), ", ".join(variants))
     fn.plan = plan
-    fn.variant = variant
-    fn.kernel = env.get("kernel")
+    fn.variant = ", ".join(variants)
+    fn.kernel = env.get("kernel", env.get("kernel0"))
     fn.launcher = launcher
     fn.reusable = {} if into else reusable_inputs(plan)
     fn.writing_into = lambda into: compile_region(region, fn_name, plan, into)
@@ -418,7 +442,7 @@ def reusable_inputs(plan: Plan) -> dict[int, list[int]]:
     """New output -> the inputs whose memory it could take when they die at the node: none
     for a kernel that writes an input in place or redoes blocks (it reads again what it
     read), or that runs no kernel (its outputs are empty)."""
-    if plan.numel == 0 or plan.aliases or guarded(plan) or any(
+    if plan.numel == 0 or plan.parts or plan.aliases or guarded(plan) or any(
             s.into_input is not None for s in plan.stores):
         return {}
     return {s.output: launch.same_index_inputs(plan, s) for s in plan.stores}
@@ -444,7 +468,9 @@ def _variants(plan: Plan, key, module, variant: str, kernel):
 
 def describe(plan, region, launcher, module_source, variant) -> str:
     """What ``.source`` shows: the operand map, the launcher, and the kernel module."""
+    coalesced = ", ".join(str(list(part.sizes)) for part in plan.parts or [plan])
     head = [f"# {len(region.nodes)} prims fused; iteration shape {list(plan.shape)}, "
-            f"coalesced to {list(plan.sizes)}; runs {variant}"]
+            f"coalesced to {coalesced}" + (f" in {len(plan.parts)} parts" if plan.parts else "")
+            + f"; runs {variant}"]
     head += [f"#   {line}" for line in plan.signature_text().splitlines()]
     return "\n".join(head) + "\n" + launcher + "\n\n" + module_source
