@@ -58,7 +58,15 @@ CASES = {
     "gelu(a + b)": (lambda a, b: F.gelu(a + b), "xx"),
     "2a + 3b (axpby)": (lambda a, b: 2 * a + 3 * b, "xx"),
     "a.t() + b": (lambda a, b: a.t() + b, "tx"),
+    "rope: a*c + rotate_half(a)*s": (lambda a, c, s: a * c + _rotate_half(a) * s, "xxx"),
+    "cat((a, b)) * 2": (lambda a, b: torch.cat((a, b)) * 2, "xx"),
 }
+
+
+def _rotate_half(x):
+    """RoPE's rotation, as transformers writes it: two slices, a negation and a cat."""
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 def _operand(kind: str, n: int, dtype, g):
