@@ -148,14 +148,22 @@ def _const_key(v):
     return (t, v)
 
 
+#: pure prims CSE leaves repeated: a broadcast is a free view inside the kernel that reads
+#: it, and one shared by two kernels (RoPE's cos in every layer) would stay outside both as
+#: a separate expand call, since a view never leaves a region
+_NOT_SHARED = frozenset({"broadcast_in_dim"})
+
+
 def cse(trace: Trace) -> Trace:
-    """Common subexpression elimination: a pure node equal to an earlier one reuses its outputs."""
+    """Common subexpression elimination: a pure node equal to an earlier one reuses its outputs
+    (but broadcasts: see _NOT_SHARED)."""
     rw = _Rewriter(trace)
     seen: dict = {}
     kept = []
     for node in trace.nodes:
         node = rw.node(node)
-        if is_pure(node):
+        if is_pure(node) and not (node.symbol.kind is SymbolKind.PRIM
+                                  and node.symbol.name in _NOT_SHARED):
             key = (id(node.symbol), _const_key(node.args), _const_key(node.kwargs),
                    node.grad_enabled)
             first = seen.get(key)

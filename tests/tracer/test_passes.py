@@ -50,6 +50,20 @@ def test_cse_keeps_different_constants_apart():
     assert names(passes.cse(t)) == ["mul", "mul", "add", "add"]  # 0.0 and -0.0 differ, the twin goes
 
 
+def test_cse_leaves_repeated_broadcasts_to_the_kernels_reading_them():
+    """Each layer's `q * cos` broadcasts the shared cos: CSE keeps both broadcasts, so each
+    fuses into its own kernel instead of one expand call outside both."""
+    def f(q, k, cos):
+        q = torch.tanh(q * cos)
+        return torch.tanh(q * cos) + k * cos
+    args = torch.randn(2, 3, 4), torch.randn(2, 3, 4), torch.randn(3, 4)
+    assert names(passes.cse(prims_trace(f, *args))).count("broadcast_in_dim") == 3
+    from primtrace.executors.numba import NumbaFusionExecutor
+    jf = primtrace.jit(f, executors=[NumbaFusionExecutor(cost_model=False)])
+    torch.testing.assert_close(jf(*args), f(*args))
+    assert "broadcast_in_dim" not in names(primtrace.last_trace(jf))
+
+
 def test_cse_never_returns_one_tensor_for_two_outputs():
     """Eager returns distinct tensors for (x + 1, x + 1): merging them would alias outputs."""
     def f(x):
