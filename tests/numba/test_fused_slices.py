@@ -184,3 +184,16 @@ def test_random_slice_and_cat_programs(seed):
     jfn = fused(fn)
     got = check_against_eager(jfn, fn, *args)
     assert got.stride() == fn(*args).stride()
+
+
+def test_a_copy_into_channels_last_fuses_with_its_reader():
+    """x.contiguous(memory_format=channels_last) * 2: the new tensor the copy fills
+    (prims.full_strided) is the kernel's store, in the copy's layout."""
+    def f(x):
+        return x.contiguous(memory_format=torch.channels_last) * 2
+    x = torch.randn(2, 3, 4, 5)
+    jfn = fused(f)
+    got = jfn(x)
+    assert torch.equal(got, f(x)) and got.stride() == f(x).stride()
+    trace = execution(jfn)
+    assert len(fused_nodes(trace)) == 1 and not torch_nodes(trace), trace

@@ -18,7 +18,7 @@ A row (:class:`Op`) says everything the executor knows about one prim:
   the same for float16 operands only (sin, cos: float32 arithmetic for |x| <= 65504);
   ``scalar_exponent``: the lowering where the second operand is a Python number.
 - structural rows (``convert_element_type``, ``broadcast_in_dim``, ``where``, ``full``,
-  ``copy_to``, ``slice``, ``cat``): the planner's method of the same name computes them;
+  ``full_strided``, ``copy_to``, ``slice``, ``cat``): the planner's method of the same name computes them;
   ``params`` orders their keyword arguments, ``fusible`` checks a node's arguments,
   ``work=False`` marks a view, fill or copy that alone is no reason for a kernel,
   ``cpu_only`` a row only CPU elementwise kernels plan (loads at offsets, split loops).
@@ -365,6 +365,8 @@ ROWS = (
     Op("convert_element_type", structural=True, params=("a", "dtype"), fusible=_convert_fusible),
     Op("broadcast_in_dim", structural=True, params=("a", "shape", "broadcast_dimensions"), work=False),
     Op("full", structural=True, params=("shape", "fill_value", "dtype", "device"), work=False),
+    Op("full_strided", structural=True, params=("shape", "strides", "fill_value", "dtype", "device"),
+       work=False),
     Op("where", structural=True, params=("pred", "a", "b")),
     Op("copy_to", structural=True, params=("dst", "src"), fusible=_copy_fusible),
     Op("slice", structural=True, params=("a", "starts", "stops", "steps"), fusible=_slice_fusible,

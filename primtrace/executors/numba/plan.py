@@ -444,6 +444,10 @@ class _Analyzer:
     def full(self, args, out_dtype, imap):
         return self.number(args[1], out_dtype, self.emitter([True])), out_dtype, True
 
+    def full_strided(self, args, out_dtype, imap):
+        """The destination of a copy into a memory format: the store takes its strides."""
+        return self.number(args[2], out_dtype, self.emitter([True])), out_dtype, True
+
     def convert_element_type(self, args, out_dtype, imap):
         a, dtype = args
         var, src_dtype, inv = self.value(a, () if a.ndim == 0 else imap)
