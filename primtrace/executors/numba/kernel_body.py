@@ -40,15 +40,24 @@ def pointer_name(op) -> str:
     return op.shares.name if isinstance(op, Store) and op.shares is not None else op.name
 
 
-def body(plan: Plan, backend: Backend, offset_of, invariant: bool, near: bool = False) -> list[str]:
+def staged_ref(op, index: str) -> str:
+    """The element of a staged operand's row buffer (cpu.py's transposed tiles)."""
+    return f"{op.name}_buf[{index} - lo]"
+
+
+def body(plan: Plan, backend: Backend, offset_of, invariant: bool, near: bool = False,
+         staged: tuple = (), index: str = "") -> list[str]:
     """The lines computing the values (invariant ones, or per-element ones); with `near`,
-    the cheaper small-argument calls where a line has one (see :func:`near_arguments`)."""
+    the cheaper small-argument calls where a line has one (see :func:`near_arguments`);
+    loads named in `staged` read their row buffer at loop variable `index`."""
     out = []
     for line in plan.lines:
         if line.invariant != invariant:
             continue
         if near and line.near is not None:
             expr = line.near[0]
+        elif line.load is not None and line.load.name in staged:
+            expr = backend.load(line.load.dtype, staged_ref(line.load, index))
         elif line.load is not None:
             ref = f"{line.load.name}[{offset_of(line.load)}]"
             expr = backend.load(line.load.dtype, ref, strided=line.load.strides[-1] not in (0, 1))
@@ -65,10 +74,12 @@ def near_arguments(plan: Plan) -> list[str]:
     return [line.near[1] for line in plan.lines if line.near is not None and not line.invariant]
 
 
-def store_lines(plan: Plan, backend: Backend, offset_of) -> list[str]:
+def store_lines(plan: Plan, backend: Backend, offset_of, staged: tuple = (),
+                index: str = "") -> list[str]:
     lines = []
     for s in plan.stores:
-        ref = f"{pointer_name(s)}[{offset_of(s.shares or s)}]"
+        ref = (staged_ref(s, index) if s.shares is None and s.name in staged
+               else f"{pointer_name(s)}[{offset_of(s.shares or s)}]")
         lines.append(f"{ref} = {backend.store(s.dtype, s.value)}")
     return lines
 

@@ -194,6 +194,9 @@ def render_kernel(plan: Plan, name: str, loop: str) -> str:
         body.append("    first = tile * rows")
         body.append("    lo = (task - tile * nblocks) * block")
         body.append(f"    hi = min(lo + block, n{k - 1})")
+        staged = [] if guard else staged_operands(plan)
+        body += [f"    {op.name}_buf = np.empty(block, dtype=np.{DTYPES[op.dtype].storage})"
+                 for op in staged]
         if guard:
             body.append("    skip = int32(0)")
         body.append(f"    for row in range(first, min(first + rows, {nrows})):")
@@ -210,8 +213,20 @@ def render_kernel(plan: Plan, name: str, loop: str) -> str:
         if guard:
             body += ["        " + line for line in _guarded_loop(plan, offset, f"i{k - 1}")]
             return _finish(plan, lines, body)
-        body.append(f"        for i{k - 1} in range(lo, hi):")
-        inner = "            "
+        i = f"i{k - 1}"
+        names = tuple(op.name for op in staged)
+        for op in staged:   # the strided loads of this row, gathered first
+            if not isinstance(op, Store):
+                body.append(f"        for {i} in range(lo, hi):")
+                body.append(f"            {kernel_body.staged_ref(op, i)} = {op.name}[{offset(op)}]")
+        body.append(f"        for {i} in range(lo, hi):")
+        body += ["            " + line
+                 for line in _element_lines(plan, offset, near=False, staged=names, index=i)]
+        for op in staged:   # then the strided stores scattered
+            if isinstance(op, Store):
+                body.append(f"        for {i} in range(lo, hi):")
+                body.append(f"            {op.name}[{offset(op)}] = {kernel_body.staged_ref(op, i)}")
+        return _finish(plan, lines, body)
     body += [inner + line for line in _element_lines(plan, offset, near=False)]
     return _finish(plan, lines, body)
 
@@ -223,11 +238,32 @@ def _finish(plan: Plan, lines: list[str], body: list[str]) -> str:
     return "\n".join(lines + ["    " + line for line in body])
 
 
-def _element_lines(plan: Plan, offset, near: bool) -> list[str]:
-    """One element's loads, values, division check and stores."""
-    lines = kernel_body.body(plan, CPU, offset, invariant=False, near=near)
+def _element_lines(plan: Plan, offset, near: bool, staged: tuple = (),
+                   index: str = "") -> list[str]:
+    """One element's loads, values, division check and stores (`staged`: operands read or
+    written through their row buffers, at loop variable `index`)."""
+    lines = kernel_body.body(plan, CPU, offset, invariant=False, near=near, staged=staged,
+                             index=index)
     lines += kernel_body.zero_division_lines(plan, invariant=False)
-    return lines + kernel_body.store_lines(plan, CPU, offset)
+    return lines + kernel_body.store_lines(plan, CPU, offset, staged, index)
+
+
+#: storage types a staged operand's row buffer may hold
+_STAGED_STORAGE = ("float32", "float64", "uint16")
+
+
+def staged_operands(plan: Plan) -> list:
+    """The operands strided along the inner dim that a tiled kernel with math per element
+    moves through row buffers: each row's strided loads are gathered first and its strided
+    stores scattered after, so the loop computing the values reads and writes unit-stride
+    memory and LLVM vectorizes it, math included. Without this, SiLU of a channels_last
+    (1, 32, 80, 80) float32 tensor into a row-major one ran scalar: 610 us, eager 193."""
+    if not tiled(plan) or not any(not line.invariant and _math_call(line.expr)
+                                  for line in plan.lines):
+        return []
+    return [op for op in kernel_body.memory_operands(plan)
+            if op.strides[-1] not in (0, 1) and op.dtype is not torch.bool
+            and DTYPES[op.dtype].storage in _STAGED_STORAGE]
 
 
 def populated_outputs(plan: Plan) -> list[tuple[str, int]]:
@@ -278,14 +314,17 @@ def render_module(plan: Plan) -> str:
 _CHEAP_CALLS = ("_to_", "round_f16", "round_bf16")
 
 
+def _math_call(expr: str) -> bool:
+    return "m." in expr and not any(cheap in expr for cheap in _CHEAP_CALLS)
+
+
 def work_per_element(plan: Plan) -> float:
     """A rough cost in simple-op units: transcendental calls weigh more."""
     cost = 1.0 + 0.5 * (len(plan.loads) + len(plan.stores))
     for line in plan.lines:
         if line.invariant:
             continue
-        math_call = "m." in line.expr and not any(cheap in line.expr for cheap in _CHEAP_CALLS)
-        cost += 8.0 if math_call else 1.0
+        cost += 8.0 if _math_call(line.expr) else 1.0
     return cost
 
 
