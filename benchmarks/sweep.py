@@ -58,6 +58,7 @@ CASES = {
     "gelu(a + b)": (lambda a, b: F.gelu(a + b), "xx"),
     "2a + 3b (axpby)": (lambda a, b: 2 * a + 3 * b, "xx"),
     "a.t() + b": (lambda a, b: a.t() + b, "tx"),
+    "silu(a.t()) * b": (lambda a, b: F.silu(a.t()) * b, "tx"),
     "rope: a*c + rotate_half(a)*s": (lambda a, c, s: a * c + _rotate_half(a) * s, "xxx"),
     "cat((a, b)) * 2": (lambda a, b: torch.cat((a, b)) * 2, "xx"),
 }
