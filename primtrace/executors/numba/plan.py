@@ -346,7 +346,7 @@ class _Analyzer:
         self.plan.loads.append(load)
         shape_text = dtype_text(p)
         self.plan.summary.append(f"{load.name} = {p.name}: {shape_text}"
-                                 + ("" if imap == self.identity(p.shape) else f" (broadcast, strides {list(strides)})")
+                                 + ("" if imap == self.identity(p.shape) else f" (read with strides {list(strides)})")
                                  + (f" from element {load.offset}" if load.offset else ""))
         # comments never name trace values: the source is the kernel's cache key
         self.plan.lines.append(Line(load.var, "", invariant, f"load {dtype_name(p.dtype)}",
