@@ -47,23 +47,37 @@ FRESH = {F.linear, torch.matmul, torch.Tensor.matmul, torch.mm, torch.bmm, torch
 FRESH_PRIMS = {"matmul", "convolution"}
 
 
+class _Lifetimes:
+    """Which nodes read each value, which node made it, and what the trace keeps (its inputs
+    and outputs): what decides whether a value dies at a node."""
+
+    def __init__(self, nodes: list[Node], trace: Trace):
+        self.readers: dict[str, set[int]] = {}
+        self.producer: dict[str, Node] = {}
+        for i, node in enumerate(nodes):
+            for p in node.inputs:
+                self.readers.setdefault(p.name, set()).add(i)
+            for p in node.output_proxies:
+                self.producer.setdefault(p.name, node)
+        self.kept = {p.name for p in trace.inputs} | {p.name for p in proxies_in(trace.outputs)}
+
+    def dies_within(self, p, positions: set[int]) -> bool:
+        """Whether `p` is read only by the nodes at `positions`, is not kept, and was made by
+        its producer in memory of its own: memory an output there may take."""
+        readers = self.readers.get(p.name)
+        return (p.name not in self.kept and bool(readers) and readers <= positions
+                and _fresh(self.producer.get(p.name), p))
+
+
 def reuse_buffers(trace: Trace) -> Trace:
     """`trace` (an execution trace) with the calls above made in place where allowed."""
-    readers: dict[str, set[int]] = {}
-    producer: dict[str, Node] = {}
-    for i, node in enumerate(trace.nodes):
-        for p in node.inputs:
-            readers.setdefault(p.name, set()).add(i)
-        for p in node.output_proxies:
-            producer.setdefault(p.name, node)
-    kept = {p.name for p in trace.inputs} | {p.name for p in proxies_in(trace.outputs)}
+    life = _Lifetimes(trace.nodes, trace)
     nodes = list(trace.nodes)
     changed = False
     autograd = trace.tags.get("grad_enabled") is not False   # False: it runs inside a Function
 
     def dead(p, i: int) -> bool:
-        return (p.name not in kept and readers.get(p.name) == {i}
-                and _fresh(producer.get(p.name), p))
+        return life.dies_within(p, {i})
 
     for i, node in enumerate(nodes):
         if node.symbol.kind is SymbolKind.FUSED:
@@ -160,17 +174,12 @@ def dying_inputs(region, nodes: list[Node], trace: Trace) -> frozenset:
     no node outside it, not a trace input or output, made fresh by their producer), laid
     out as one of its outputs: where its kernel's output may go (Region.dying)."""
     inside = {id(n) for n in region.nodes}
-    names = {p.name for p in region.inputs if isinstance(p, TensorProxy)
-             and any(isinstance(o, TensorProxy) and _same_layout(p, o) for o in region.outputs)}
-    names -= {p.name for p in trace.inputs} | {p.name for p in proxies_in(trace.outputs)}
-    producer = {}
-    for n in nodes:
-        if id(n) not in inside:
-            names -= {p.name for p in n.inputs}
-        for p in n.output_proxies:
-            if p.name in names:
-                producer[p.name] = (n, p)
-    return frozenset(name for name in names if name in producer and _fresh(*producer[name]))
+    positions = {i for i, n in enumerate(nodes) if id(n) in inside}
+    life = _Lifetimes(nodes, trace)
+    return frozenset(
+        p.name for p in region.inputs if isinstance(p, TensorProxy)
+        and any(isinstance(o, TensorProxy) and _same_layout(p, o) for o in region.outputs)
+        and life.dies_within(p, positions))
 
 
 def _same_layout(a: TensorProxy, out: TensorProxy) -> bool:

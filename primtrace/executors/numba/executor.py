@@ -247,7 +247,7 @@ class NumbaFusionExecutor(FusionExecutor):
                               or n.symbol.name == "copy_to")   # a write is always observable
                     if not leaves:
                         continue
-                    if n.symbol.name in _VIEWS or not isinstance(p, TensorProxy):
+                    if n.symbol.name in kernel_plan.VIEWS or not isinstance(p, TensorProxy):
                         return False
                     shapes.add(tuple(p.shape))
                     names.add(p.name)
@@ -256,7 +256,7 @@ class NumbaFusionExecutor(FusionExecutor):
                 return False
             group = [nodes[i] for i in sorted(m)]
             if reduction_plan.has_reduction(group):
-                return not any(n.symbol.name in _CPU_ONLY for n in group) \
+                return not any(n.symbol.name in kernel_plan.CPU_ONLY for n in group) \
                     and reduction_plan.row_group_valid(group, shapes, names)
             return len(shapes) <= 1
 
@@ -316,7 +316,7 @@ class NumbaFusionExecutor(FusionExecutor):
                 if rows:
                     refused |= {i for i in m if reduction_plan.is_reduction(nodes[i])}
                 else:   # a slice or cat the planner cannot split for: the rest still fuses
-                    refused |= {i for i in m if nodes[i].symbol.name in _CPU_ONLY}
+                    refused |= {i for i in m if nodes[i].symbol.name in kernel_plan.CPU_ONLY}
                 continue
             regions.append(PlannedRegion(region.nodes, region.inputs, region.outputs, plan))
         regions.sort(key=lambda r: nodes.index(r.nodes[0]))
@@ -375,13 +375,6 @@ class NumbaFusionExecutor(FusionExecutor):
             return row_kernel.compile_region(region, self.name, plan)
         from primtrace.executors.numba.backends import cpu
         return cpu.compile_region(region, self.name, plan)
-
-
-#: prims whose result is a view: a kernel computes it only for its neighbours in the region,
-#: as a new tensor it would no longer alias its input (torch makes the view, for free)
-_VIEWS = ("broadcast_in_dim", "slice")
-#: rows only CPU elementwise kernels plan
-_CPU_ONLY = frozenset(row.prim for row in ops.ROWS if row.cpu_only)
 
 
 def dead(region: Region) -> bool:

@@ -169,6 +169,13 @@ def _rounded_to_half(region) -> set[str]:
             if name not in returned and all(map(to_half, nodes))}
 
 
+#: prims whose result is a view of their first argument: a kernel reads through them, and
+#: never returns one (as a new tensor it would no longer alias its input)
+VIEWS = ("broadcast_in_dim", "slice")
+#: prims only CPU elementwise kernels plan (loads at offsets, loops split in parts)
+CPU_ONLY = frozenset(row.prim for row in ops.ROWS if row.cpu_only)
+
+
 class _Split(Exception):
     """A part's loop reads a cat across the boundary of two operands: split its box along
     iteration dim `dim` at `index` (counted from the box's start) and plan both halves."""
@@ -543,10 +550,8 @@ class _Analyzer:
         for k, out in enumerate(region.outputs):
             if not isinstance(out, TensorProxy):
                 raise NotFusible(f"output {out.name} is not a tensor")
-            if self.producer[out.name].symbol.name == "broadcast_in_dim":
-                raise NotFusible("a broadcast view leaves the region")
-            if self.producer[out.name].symbol.name == "slice":
-                raise NotFusible("a slice view leaves the region")
+            if self.producer[out.name].symbol.name in VIEWS:
+                raise NotFusible(f"a {self.producer[out.name].symbol.name} view leaves the region")
             target = self.resolve(out)
             plan.returns.append(("input", target) if target is not None else ("new", k))
             if target is None:
@@ -563,7 +568,7 @@ class _Analyzer:
                     last[target] = node
                 elif node_args(node)[0].name not in self.producer:
                     raise NotFusible("copy_to into an unknown tensor")
-        if last and any(n.symbol.name in ("slice", "cat") for n in region.nodes):
+        if last and any(n.symbol.name in CPU_ONLY for n in region.nodes):
             # the overlap check sees whole inputs, where eager checks the slice it reads
             raise NotFusible("an in-place write beside a slice or cat")
         for pos, node in sorted(last.items()):
@@ -595,8 +600,7 @@ class _Analyzer:
         (node None) or to the node computing it."""
         while p.name not in self.input_pos:
             node = self.producer.get(p.name)
-            if node is None or node.symbol.name not in ("convert_element_type", "broadcast_in_dim",
-                                                        "slice"):
+            if node is None or node.symbol.name not in ("convert_element_type", *VIEWS):
                 return p, node
             p = node_args(node)[0]
         return p, None
@@ -657,7 +661,7 @@ class _Analyzer:
         """A broadcast or slice is a view: reading it is reading its input."""
         while p.name not in self.input_pos:
             node = self.producer.get(p.name)
-            if node is None or node.symbol.name not in ("broadcast_in_dim", "slice"):
+            if node is None or node.symbol.name not in VIEWS:
                 return p
             p = node_args(node)[0]
         return p
