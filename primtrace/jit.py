@@ -53,7 +53,7 @@ from primtrace.ir.trace import Trace, current_trace
 from primtrace.ir.size_guards import GuardSet
 from primtrace.recompiles import (Change, Counters, CounterWarning, Recompile, RecompileLog,
                                   miss_changes)
-from primtrace.tracer import dynamic
+from primtrace.tracer import dynamic, layout
 from primtrace.tracer import autocast
 from primtrace.tracer.capture import TracingError, acquire
 from primtrace.tracer.prims_stage import to_prims
@@ -93,6 +93,8 @@ OPTIONS = {
                                         # summed where the mask is True (tracer/selections.py)
     "dynamic": None,                    # symbolic input dims (tracer/dynamic.py): None on the
                                         # second distinct size, True from the first, False never
+    "channels_last": True,              # a convolution network's image argument traced on a
+                                        # channels_last copy (tracer/layout.py); False: never
 }
 STAGES = ("acquisition", "prims", "optimized", "execution")
 
@@ -146,6 +148,9 @@ def build(fn, args: tuple, kwargs: dict, executors: list[Executor], options: dic
     that also returns what its backward reads; the backward's traces (prims, optimized,
     execution) are the last trace's ``tags["backward"]`` (:mod:`primtrace.autodiff.function`)."""
     acquisition = acquire(fn, args, kwargs)
+    if options["channels_last"]:
+        acquisition = layout.channels_last_trace(
+            acquisition, lambda chosen: acquire(fn, args, kwargs, channels_last=chosen))
     dynamic.check_growth(acquisition)   # state that grows each call: trace it symbolic now
     traces = [acquisition]
     if stop == "acquisition":

@@ -8,6 +8,7 @@ dispatcher that the tracer installs with :func:`set_dispatcher`.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import Callable
 
@@ -18,6 +19,17 @@ from primtrace.ir.strides import dense_strides, matches_dense
 
 # The tracer installs the function that turns a torch-level call on proxies into refs.
 _dispatcher: Callable | None = None
+
+
+#: While a trace on a channels_last copy of an input runs (tracer/layout.py): the modules
+#: outside primtrace that read a proxy's layout (strides, contiguity). None otherwise.
+layout_readers: set[str] | None = None
+
+
+def _note_layout_read() -> None:
+    module = sys._getframe(2).f_globals.get("__name__", "")
+    if not module.startswith("primtrace."):
+        layout_readers.add(module)
 
 
 def set_dispatcher(fn: Callable) -> None:
@@ -394,6 +406,8 @@ class TensorProxy(Proxy, torch.Tensor):
         return self._shape if dim is None else self._shape[dim]
 
     def stride(self, dim=None):
+        if layout_readers is not None:
+            _note_layout_read()
         return self._strides if dim is None else self._strides[dim]
 
     def storage_offset(self) -> int:
@@ -417,6 +431,8 @@ class TensorProxy(Proxy, torch.Tensor):
         return self.numel() * self._dtype.itemsize
 
     def is_contiguous(self, memory_format=torch.contiguous_format) -> bool:
+        if layout_readers is not None:
+            _note_layout_read()
         if memory_format is torch.channels_last and self.ndim == 4:
             return matches_dense(self._shape, self._strides, dense_strides(self._shape, (0, 2, 3, 1)))
         return matches_dense(self._shape, self._strides, dense_strides(self._shape))

@@ -57,9 +57,11 @@ def suggest_memory_format(t):
 
 def copy_as(input, dtype, memory_format):
     """A new tensor holding input's values as `dtype`. preserve_format keeps input's memory
-    order (its exact strides when it is dense); another format makes a tensor laid out in it
-    and copies input into it."""
-    if memory_format is torch.preserve_format or is_laid_out(input, memory_format):
+    order (its exact strides when it is dense); another format makes a tensor with that
+    format's exact strides (those of size-1 dims too, as eager's empty_like) and copies input
+    into it."""
+    if memory_format is torch.preserve_format or \
+            tuple(input.stride()) == format_strides(tuple(input.shape), memory_format):
         return (prims.convert_element_type(input, dtype) if input.dtype != dtype
                 else prims.clone(input))
     new = new_in_format(tuple(input.shape), memory_format, dtypes.python_type(dtype)(0), dtype,

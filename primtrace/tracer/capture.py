@@ -34,7 +34,7 @@ from primtrace.ir.proxy import NumberProxy, Proxy, TensorProxy, TensorSpec, Unkn
 from primtrace.ir.symbol import Symbol, SymbolKind, has_proxy
 from primtrace.ir.trace import Node, Trace, current_trace, tracing
 from primtrace.ir.tree import tree_flatten, tree_map
-from primtrace.tracer import autocast, dynamic, mapping
+from primtrace.tracer import autocast, dynamic, layout, mapping
 from primtrace.tracer.autograd_calls import GRAPH_METHODS, custom_functions, record_graph_call
 from primtrace.tracer.compiling import compiling
 from primtrace.tracer.errors import DataDependentError, OpaqueOpWarning, TracingError
@@ -121,6 +121,10 @@ class TracingTrace(Trace):
         count = self._writes.get(root, (0, None))[0] + 1
         self._writes[root] = (count, out)
         self._synced[out.name] = count
+
+    def wrote(self, p: Proxy) -> bool:
+        """Did the code write into `p`'s memory?"""
+        return self.root(p) in self._writes
 
     def resolve(self, obj):
         """`obj` with every proxy replaced by its latest version."""
@@ -653,7 +657,8 @@ class CaptureMode(TorchFunctionMode):
 _proxy.set_dispatcher(dispatch)
 
 
-def acquire(fn, args: tuple, kwargs: dict, name: str | None = None) -> TracingTrace:
+def acquire(fn, args: tuple, kwargs: dict, name: str | None = None,
+            channels_last: frozenset[int] = frozenset()) -> TracingTrace:
     """Run `fn` on proxies of `args`/`kwargs` and return the acquisition trace.
 
     Python numbers are traced as runtime values. If torch refuses one (an int argument of an
@@ -661,9 +666,11 @@ def acquire(fn, args: tuple, kwargs: dict, name: str | None = None) -> TracingTr
     an int), `fn` is traced again with every number as a constant: those numbers are then
     specialized, and their values join the cache key. A second failure is the function's own
     (numbers as constants are eager's): its error is raised.
+
+    `channels_last`: indices of inputs the code gets channels_last copies of (tracer/layout.py).
     """
     try:
-        return _acquire(fn, args, kwargs, name, numbers_as_constants=False)
+        return _acquire(fn, args, kwargs, name, False, channels_last)
     except TracingError:
         raise
     except (TypeError, RuntimeError, ValueError) as e:
@@ -672,7 +679,7 @@ def acquire(fn, args: tuple, kwargs: dict, name: str | None = None) -> TracingTr
         if "NumberProxy" not in str(e) and not any(
                 type(leaf) in (int, float, complex) for leaf in tree_flatten((args, kwargs))):
             raise
-    return _acquire(fn, args, kwargs, name, numbers_as_constants=True)
+    return _acquire(fn, args, kwargs, name, True, channels_last)
 
 
 def _rebuild_first(rebuild, pair):
@@ -680,7 +687,8 @@ def _rebuild_first(rebuild, pair):
     return rebuild(pair[0]), pair[1]
 
 
-def _acquire(fn, args, kwargs, name, numbers_as_constants: bool) -> TracingTrace:
+def _acquire(fn, args, kwargs, name, numbers_as_constants: bool,
+             channels_last: frozenset[int]) -> TracingTrace:
     trace = TracingTrace(_trace_name(fn) if name is None else name)
     namer, tensors = Namer(), {}
     pargs, pkwargs, inputs = proxify(trace, _signature_of(fn), args, kwargs,
@@ -693,7 +701,13 @@ def _acquire(fn, args, kwargs, name, numbers_as_constants: bool) -> TracingTrace
         with tracing(trace), CaptureMode(trace), trace.state.recording(), compiling(), \
                 custom_functions(functools.partial(_record_function, trace)), \
                 symbolic_factories(dispatch), module_calls():
-            out = fn(*pargs, **pkwargs)
+            if channels_last:
+                chosen = {id(inputs[i]) for i in channels_last}
+                with layout.watching_layout_reads(trace):
+                    out = fn(*layout.converted(pargs, chosen), **layout.converted(pkwargs, chosen))
+                out = layout.row_major_results(out)
+            else:
+                out = fn(*pargs, **pkwargs)
         # a dataclass, a namedtuple, an object made while tracing... as plain containers
         out, rebuild = split_outputs(out, snapshot.objects.keys() | snapshot.arg_paths.keys())
         writes = snapshot.diff() + trace.state.attribute_writes()

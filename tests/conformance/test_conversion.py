@@ -205,3 +205,26 @@ def test_builtins_still_work_next_to_the_dtype_methods():
     assert conversion.float is refs.float and conversion.int.name == "int"
     assert refs.bool(torch.tensor([0.0, 2.0])).tolist() == [False, True]
     assert refs.long(torch.tensor([2.7, -2.7])).tolist() == [2, -2]
+
+
+# --- a copy into a format has that format's exact strides, size-1 dims' too --------------------
+POOLED = torch.randn(2, 3, 4, 4).contiguous(memory_format=CHANNELS_LAST).mean((2, 3), True)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x.clone(memory_format=CONTIGUOUS),
+    lambda x: x.to(torch.float64, memory_format=CONTIGUOUS),
+    lambda x: x.clone(memory_format=CHANNELS_LAST),
+    lambda x: x.clone(),
+    lambda x: x.double(),
+    lambda x: x.contiguous(),
+], ids=["clone(contiguous)", "to(f64, contiguous)", "clone(channels_last)", "clone", "double",
+        "contiguous"])
+@pytest.mark.parametrize("x", [POOLED, torch.randn(2, 3, 1, 1)], ids=["pooled cl", "row-major"])
+def test_exact_strides_of_size_one_dims(fn, x):
+    want = fn(x)
+    assert fn(x).stride() == want.stride()
+    for executors in (None, [primtrace.TORCH]):
+        got = primtrace.jit(fn, executors=executors)(x)
+        assert got.stride() == want.stride() and (got is x) == (want is x)
+        torch.testing.assert_close(got, want)
