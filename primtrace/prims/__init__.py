@@ -25,7 +25,7 @@ from primtrace.prims.meta import PrimContractError, elementwise_strides  # noqa:
 from primtrace.prims.structural import (broadcast_in_dim, convert_element_type, copy_to,  # noqa: F401
                                         full, iota, item, polygamma, resize, where)
 from primtrace.prims.structural import complex_ as complex  # noqa: F401,A001
-from primtrace.prims.structural import full_like, full_strided  # noqa: F401
+from primtrace.prims.structural import constant, full_like, full_strided  # noqa: F401
 from primtrace.prims.dtype_views import (conj_view, imag_view, libm_pow, real_view,  # noqa: F401
                                          view_as_complex, view_as_real)
 from primtrace.prims.reductions import amax, amin, prod, var  # noqa: F401

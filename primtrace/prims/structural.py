@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from primtrace import dtypes
-from primtrace.ir.proxy import NumberSpec, TensorSpec, Unknown
+from primtrace.ir.proxy import NumberSpec, TensorProxy, TensorSpec, Unknown
 from primtrace.ir.strides import contiguous_strides
 from primtrace.ir.symbol import Symbol, SymbolKind
 from primtrace.prims.differentiation import CREATION, NotDifferentiable, P
@@ -200,6 +200,18 @@ full_strided = _prim(
         "destination of a copy into a memory format (channels_last).")
 
 
+def _constant_meta(value):
+    if not isinstance(value, torch.Tensor) or isinstance(value, TensorProxy):
+        raise PrimContractError("prims.constant: expected a real tensor")
+    return TensorSpec(tuple(value.shape), value.dtype, value.device, tuple(value.stride()))
+
+
+constant = _prim(
+    "constant", _constant_meta, lambda value: value, tags=("structural", "constant"),
+    doc="A tensor computed when the trace was compiled (constant folding: "
+        "tracer/constant_folding.py), the same object on every call: nothing may write it.")
+
+
 # --- item -------------------------------------------------------------------------------------
 _PYTHON_TYPES = {dtypes.Category.BOOL: bool, dtypes.Category.INTEGER: int,
                  dtypes.Category.FLOATING: float, dtypes.Category.COMPLEX: complex}
@@ -219,7 +231,8 @@ item = _prim("item", _item_meta, torch.Tensor.item, tags=(),
 
 
 PRIMS = {s.name: s for s in (convert_element_type, broadcast_in_dim, full, iota, where,
-                             copy_to, resize, polygamma, complex_, full_like, full_strided, item)}
+                             copy_to, resize, polygamma, complex_, full_like, full_strided, item,
+                             constant)}
 
 
 # --- derivatives -------------------------------------------------------------------------------
@@ -260,6 +273,7 @@ DERIVATIVES = {
     "polygamma": lambda g, y, a, n: (P.mul(g, P.polygamma(a, n + 1)), None),
     "complex": _complex_vjp,
     "full": CREATION, "iota": CREATION, "full_like": CREATION, "full_strided": CREATION,
+    "constant": CREATION,
     # copy_to's result is the written tensor, whose values are src's (dst's are overwritten);
     # a later read of the memory dst views goes through prims.aliased (views.py)
     "copy_to": lambda g, y, dst, src: (None, g),

@@ -298,7 +298,8 @@ def optimize(trace: Trace, *, remove_lossy_round_trips: bool = False,
              sink_selections: bool = True) -> Trace:
     """The default pipeline: gradient carriers and conversions first (they expose dead code
     and twins), then CSE, selections sunk into the sums that reduce them
-    (tracer/selections.py), DCE."""
+    (tracer/selections.py), values that depend on no input computed now
+    (tracer/constant_folding.py), DCE."""
     trace = drop_gradient_carriers(trace)
     trace = remove_noop_converts(trace)
     trace = remove_round_trips(trace, lossy=remove_lossy_round_trips)
@@ -308,6 +309,8 @@ def optimize(trace: Trace, *, remove_lossy_round_trips: bool = False,
         sunk = selections.sink_selections(trace)   # x[mask].sum(): where(mask, x, 0).sum()
         if sunk is not trace:
             trace = cse(sunk)
+    from primtrace.tracer.constant_folding import fold_constants
+    trace = fold_constants(trace)
     trace = dce(trace)
     trace.stage = "optimized"
     return trace
