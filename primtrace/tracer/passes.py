@@ -299,7 +299,8 @@ def optimize(trace: Trace, *, remove_lossy_round_trips: bool = False,
     """The default pipeline: gradient carriers and conversions first (they expose dead code
     and twins), then CSE, selections sunk into the sums that reduce them
     (tracer/selections.py), values that depend on no input computed now
-    (tracer/constant_folding.py), DCE."""
+    (tracer/constant_folding.py), gathers at constant positions as slices
+    (tracer/index_slices.py), DCE."""
     trace = drop_gradient_carriers(trace)
     trace = remove_noop_converts(trace)
     trace = remove_round_trips(trace, lossy=remove_lossy_round_trips)
@@ -310,7 +311,9 @@ def optimize(trace: Trace, *, remove_lossy_round_trips: bool = False,
         if sunk is not trace:
             trace = cse(sunk)
     from primtrace.tracer.constant_folding import fold_constants
+    from primtrace.tracer.index_slices import gathers_as_slices
     trace = fold_constants(trace)
+    trace = gathers_as_slices(trace)   # x[..., [-2], :]: a slice and a copy
     trace = dce(trace)
     trace.stage = "optimized"
     return trace

@@ -395,17 +395,18 @@ def launcher_source(plan: RowPlan, region, fn_name: str, variant: str,
     """Python source of the launcher and the globals it needs; `into` maps new outputs to
     the dead inputs whose memory they take (:func:`reusable_inputs`)."""
     args = [f"i{j}" for j in range(len(region.inputs))]
-    env = {"torch": torch, "empty_strided": torch.empty_strided, "huge_pages": cpu.huge_pages}
+    env = {"torch": torch, "empty_strided": torch.empty_strided, "huge_pages": cpu.huge_pages,
+           "cpu_device": torch.device("cpu")}   # an object: a device string is parsed per call
     lines = [f"def {fn_name}({', '.join(args)}):"]
     lines += launch.lazy_bit_lines(region, env)
     for s in plan.stores + plan.columns:
         p = region.outputs[s.output]
         if plan.nrows == 0 and s in plan.columns:   # a sum over no rows
             lines.append(f"    o{s.output} = torch.zeros({tuple(p.shape)!r}, "
-                         f"dtype=torch.{str(p.dtype)[6:]}, device={str(p.device)!r})")
+                         f"dtype=torch.{str(p.dtype)[6:]}, device=cpu_device)")
             continue
         alloc = (f"empty_strided({shape_text(p.shape, region)}, {tuple(p.stride())!r}, "
-                 f"dtype=torch.{str(p.dtype)[6:]}, device={str(p.device)!r})")
+                 f"dtype=torch.{str(p.dtype)[6:]}, device=cpu_device)")
         if cpu.advised(hint_numel(p.shape) * p.dtype.itemsize):
             alloc = f"huge_pages({alloc})"
         lines.append(launch.output_line(s.output, alloc, into or {}))

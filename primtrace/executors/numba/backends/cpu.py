@@ -385,7 +385,8 @@ def launcher_source(plan: Plan, region, variant, fn_name: str,
     (a split loop) calls one kernel per part, ``kernel<k>``, with `variant` a list."""
     nin = len(region.inputs)
     args = [f"i{j}" for j in range(nin)]
-    env = {"torch": torch, "empty_strided": torch.empty_strided, "huge_pages": huge_pages}
+    env = {"torch": torch, "empty_strided": torch.empty_strided, "huge_pages": huge_pages,
+           "cpu_device": torch.device("cpu")}   # an object: a device string is parsed per call
     lines = [f"def {fn_name}({', '.join(args)}):"]
     lines += launch.lazy_bit_lines(region, env)
     lines += launch.alias_check_lines(plan, region, env)
@@ -395,7 +396,7 @@ def launcher_source(plan: Plan, region, variant, fn_name: str,
             p = region.outputs[s.output]
             dt = f"torch.{dtype_name(p.dtype)}"
             alloc = (f"empty_strided({shape_text(p.shape, region)}, {tuple(p.stride())!r}, dtype={dt}, "
-                     f"device={str(p.device)!r})")
+                     f"device=cpu_device)")
             if advised(plan.numel * p.dtype.itemsize):
                 alloc = f"huge_pages({alloc})"
             lines.append(launch.output_line(s.output, alloc, into or {}))
