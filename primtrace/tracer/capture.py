@@ -701,13 +701,9 @@ def _acquire(fn, args, kwargs, name, numbers_as_constants: bool,
         with tracing(trace), CaptureMode(trace), trace.state.recording(), compiling(), \
                 custom_functions(functools.partial(_record_function, trace)), \
                 symbolic_factories(dispatch), module_calls():
-            if channels_last:
-                chosen = {id(inputs[i]) for i in channels_last}
-                with layout.watching_layout_reads(trace):
-                    out = fn(*layout.converted(pargs, chosen), **layout.converted(pkwargs, chosen))
-                out = layout.row_major_results(out)
-            else:
-                out = fn(*pargs, **pkwargs)
+            chosen = [inputs[i] for i in channels_last]
+            out = (layout.call_channels_last(trace, fn, pargs, pkwargs, chosen) if chosen
+                   else fn(*pargs, **pkwargs))
         # a dataclass, a namedtuple, an object made while tracing... as plain containers
         out, rebuild = split_outputs(out, snapshot.objects.keys() | snapshot.arg_paths.keys())
         writes = snapshot.diff() + trace.state.attribute_writes()

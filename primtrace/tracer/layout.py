@@ -77,6 +77,15 @@ def _reaches(p, leaves, convolutions) -> bool:
     return any(c.args[0].name in derived for c in convolutions)
 
 
+def call_channels_last(trace, fn, args, kwargs, chosen: list):
+    """`fn`'s result on `args` and `kwargs` with the `chosen` proxies made channels_last, its
+    4-d results row-major again; the layout reads of the call noted in `trace`."""
+    ids = {id(p) for p in chosen}
+    with watching_layout_reads(trace):
+        out = fn(*converted(args, ids), **converted(kwargs, ids))
+    return row_major_results(out)
+
+
 def converted(obj, chosen: set[int]):
     """`obj` (arguments) with the proxies whose ids are in `chosen` made channels_last."""
     return tree_map(lambda x: x.contiguous(memory_format=torch.channels_last)
