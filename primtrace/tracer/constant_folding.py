@@ -119,7 +119,7 @@ def _written(node: Node):
 def _evaluate(trace: Trace, folded: set[int], read: dict, root) -> dict | None:
     """name -> tensor of each value in `read`, or None where a rule forbids folding."""
     written_later = {}   # root -> position of its last folded write
-    for i in folded:
+    for i in sorted(folded):
         w = _written(trace.nodes[i])
         if w is not None:
             written_later[root(w)] = i

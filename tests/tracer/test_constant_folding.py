@@ -140,3 +140,16 @@ def test_writes_through_a_view_of_a_constant_are_not_folded_away(executors):
 
     jfn = check(fn, torch.randn(4), executors=executors)
     assert constants(jfn) == 0
+
+
+def test_reads_between_several_folded_writes(executors):
+    def fn(x):
+        m = torch.zeros(4)
+        a = x + m
+        m[0] = 1.0
+        b = x * m
+        m[1:3] = 2.0
+        m[3] = 3.0
+        return a, b, x - m
+
+    check(fn, torch.randn(4), executors=executors)
