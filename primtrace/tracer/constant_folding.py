@@ -31,6 +31,7 @@ from primtrace.ir.proxy import Proxy, TensorProxy
 from primtrace.ir.symbol import SymbolKind
 from primtrace.ir.trace import Node, Trace
 from primtrace.ir.tree import proxies_in, tree_map
+from primtrace.tracer.passes import mutated_proxy
 
 #: the largest value kept as a constant (Swin's masks: 240 KiB)
 MAX_BYTES = 4 << 20
@@ -96,7 +97,7 @@ def _unsafe_roots(trace: Trace, folded: set[int], root) -> set[str]:
     for i, node in enumerate(trace.nodes):
         if i in folded:
             continue
-        written = _written(node)
+        written = mutated_proxy(node)
         if written is not None:
             unsafe |= shared.get(written.name, set()) | ({root(written)} & folded_roots)
         reached = set().union(*(shared.get(p.name, set()) for p in node.inputs))
@@ -108,19 +109,11 @@ def _unsafe_roots(trace: Trace, folded: set[int], root) -> set[str]:
     return unsafe
 
 
-def _written(node: Node):
-    """The proxy an in-place node writes into, or None."""
-    if "inplace" not in node.symbol.tags:
-        return None
-    target = node.kwargs.get("out", node.args[0] if node.args else None)
-    return target if isinstance(target, Proxy) else None
-
-
 def _evaluate(trace: Trace, folded: set[int], read: dict, root) -> dict | None:
     """name -> tensor of each value in `read`, or None where a rule forbids folding."""
     written_later = {}   # root -> position of its last folded write
     for i in sorted(folded):
-        w = _written(trace.nodes[i])
+        w = mutated_proxy(trace.nodes[i])
         if w is not None:
             written_later[root(w)] = i
     env: dict[str, object] = {}
