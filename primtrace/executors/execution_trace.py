@@ -19,7 +19,7 @@ from primtrace.executors.buffer_reuse import dying_inputs
 from primtrace.ir.symbol import Symbol, SymbolKind
 from primtrace.ir.trace import Node, Trace
 from primtrace.ir.tree import proxies_in
-from primtrace.tracer.capture import torch_call_node
+from primtrace.tracer.opaque import torch_call_node
 from primtrace.tracer.passes import is_pure, mutated_proxy
 
 

@@ -8,7 +8,7 @@ import torch
 from primtrace.ir.proxy import NumberProxy, Proxy, TensorProxy, has_symbolic
 from primtrace.ir.trace import Node, Trace
 from primtrace.ir.tree import tree_flatten
-from primtrace.tracer.capture import torch_call_node
+from primtrace.tracer.opaque import torch_call_node
 
 
 def to_prims(trace: Trace, keep_autograd_calls: bool = True) -> Trace:

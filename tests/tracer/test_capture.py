@@ -9,7 +9,7 @@ import torch.nn.functional as F
 import primtrace
 from primtrace import refs
 from primtrace.tracer import DataDependentError, OpaqueOpWarning
-from primtrace.tracer.capture import reset_warnings
+from primtrace.tracer.opaque import reset_warnings
 
 
 def same(got, expected):

@@ -76,14 +76,14 @@ def test_grouped_mm_forms_match_eager(case):
 
 def test_grouped_mm_of_large_weights_needs_no_stand_ins():
     """The prim's meta is a formula: weights over the stand-in limit trace too."""
-    from primtrace.tracer import capture
+    from primtrace.tracer import opaque
     a, w = torch.randn(8, 64), torch.randn(2, 64, 64)
     offs = torch.tensor([3, 8], dtype=I32)
-    limit, capture.STAND_IN_BYTES = capture.STAND_IN_BYTES, 1024
+    limit, opaque.STAND_IN_BYTES = opaque.STAND_IN_BYTES, 1024
     try:
         torch.testing.assert_close(primtrace.jit(_experts)(a, w, offs), _experts(a, w, offs))
     finally:
-        capture.STAND_IN_BYTES = limit
+        opaque.STAND_IN_BYTES = limit
 
 
 @pytest.mark.parametrize("make", [

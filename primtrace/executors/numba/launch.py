@@ -117,7 +117,7 @@ def _steps(region) -> list:
     becomes its torch call when the call's tensor arguments are at hand, it makes every
     value of the run that later nodes read, and the run holds every write of the call
     (a write left outside the region would be done twice)."""
-    from primtrace.tracer.capture import torch_call_node   # executors load before the tracer
+    from primtrace.tracer.opaque import torch_call_node   # executors load before the tracer
     from primtrace.tracer.passes import is_pure
     nodes = region.nodes
     needed = {p.name for p in region.outputs}
