@@ -69,6 +69,18 @@ def _returned_storage(trace: Trace) -> set[str]:
     return names
 
 
+def _memory_roots(trace: Trace) -> dict[str, str]:
+    """Proxy name -> the name of the value whose memory it is part of, for views and written
+    versions: the tracer's ``alias_roots``, and the outputs of view prims (of any trace)."""
+    roots = dict(trace.tags.get("alias_roots", {}))
+    for node in trace.nodes:
+        if "view" in node.symbol.tags and node.inputs:
+            base = node.inputs[0].name
+            for p in node.output_proxies:
+                roots.setdefault(p.name, roots.get(base, base))
+    return roots
+
+
 class _Rewriter:
     """Walks a trace's nodes, substituting replaced proxies; knows what may be replaced."""
 
@@ -77,10 +89,13 @@ class _Rewriter:
         self.replace: dict[str, Proxy] = {}
         self.inputs = {p.name for p in trace.inputs}
         self.outputs = _returned_storage(trace)
-        self.mutated = {p.name for n in trace.nodes if (p := mutated_proxy(n)) is not None}
         # values whose memory is another tensor's: views (and what the tracer noted as such)
-        self.views = set(trace.tags.get("alias_roots", ())) | {
-            p.name for n in trace.nodes if "view" in n.symbol.tags for p in n.output_proxies}
+        self.roots = _memory_roots(trace)
+        self.views = set(self.roots)
+        # memory some node writes into, directly or through a view (two zeros() each filled
+        # through a slice are two buffers, not one)
+        self.written = {self.roots.get(p.name, p.name)
+                        for n in trace.nodes if (p := mutated_proxy(n)) is not None}
 
     def sub(self, obj):
         """`obj` with every replaced proxy substituted."""
@@ -99,7 +114,8 @@ class _Rewriter:
         """Never merge two returned values (eager returns distinct tensors) nor return an
         input, or a view (of an input, say: x[:, :2].float().bfloat16()), in place of a
         computed output."""
-        if old.name in self.mutated or new.name in self.mutated:
+        if self.roots.get(old.name, old.name) in self.written or \
+                self.roots.get(new.name, new.name) in self.written:
             return False
         return not (old.name in self.outputs and (
             new.name in self.inputs or new.name in self.outputs or new.name in self.views))
@@ -271,7 +287,7 @@ def drop_gradient_carriers(trace: Trace) -> Trace:
         maker = trace.nodes[at] if at is not None else None
         if (maker is not None and takes_over.get(at, maker.outputs) is value and is_pure(maker)
                 and value.spec == result.spec and value.name not in rw.outputs
-                and value.name not in rw.mutated):
+                and rw.roots.get(value.name, value.name) not in rw.written):
             takes_over[at], producer[result.name] = result, at
             for name, new in list(rw.replace.items()):   # a value renamed by an earlier one
                 if new is value:

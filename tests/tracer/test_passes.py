@@ -86,6 +86,50 @@ def test_cse_does_not_merge_reads_around_a_write():
     torch.testing.assert_close(got, expected)
 
 
+def _two_buffers_filled_through_slices(x, y):
+    a = torch.zeros(2, 8, 4)
+    b = torch.zeros(2, 8, 4)
+    a[:, :5] = x
+    b[:, :5] = y
+    return a + 0, b + 0
+
+
+def _two_buffers_written_through_views(x, y):
+    a, b = torch.full((6,), 2.0), torch.full((6,), 2.0)
+    a.view(2, 3)[0].mul_(x)
+    b[3:].add_(y)
+    return a * 1, b * 1
+
+
+def _same_empty_twice(x, y):
+    a = torch.ones(3, 4).t()
+    b = torch.ones(3, 4).t()
+    a.copy_(x.t().t())
+    return a.sum(0), b.sum(0) + y.sum(0)
+
+
+@pytest.mark.parametrize("fn", [_two_buffers_filled_through_slices,
+                                _two_buffers_written_through_views, _same_empty_twice],
+                         ids=lambda f: f.__name__.strip("_"))
+def test_cse_keeps_equal_buffers_apart_when_one_is_written(fn):
+    """Two equal factory calls are two buffers once either is written into, directly or
+    through a view: merged, the second write landed in the first one's values (a silent
+    wrong result, found on two zeros() filled through slices)."""
+    shapes = {"_two_buffers_filled_through_slices": ((2, 5, 4), (2, 5, 4)),
+              "_two_buffers_written_through_views": ((3,), (3,)),
+              "_same_empty_twice": ((4, 3), (3,))}[fn.__name__]
+    x, y = (torch.randint(-4, 5, s).float() for s in shapes)
+    for jf in (primtrace.jit(fn), primtrace.jit(fn, executors=[])):
+        for g, e in zip(jf(x, y), fn(x, y)):
+            assert torch.equal(g, e)
+
+
+def test_cse_still_merges_equal_buffers_nothing_writes():
+    def f(x):
+        return x + torch.zeros(4), x * torch.zeros(4)
+    assert names(passes.cse(prims_trace(f, torch.randn(4)))).count("full") == 1
+
+
 def test_gradient_carriers_go_and_their_nodes_with_dce():
     """differentiate_as(value, carrier) goes, the value's node making its result (the ref's
     output keeps its name); what only the carrier read dies with DCE."""
