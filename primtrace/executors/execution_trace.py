@@ -136,7 +136,9 @@ def single_call(region: Region, nodes: list[Node], inputs, hidden=frozenset()) -
         return None
     available = {p.name for n in nodes[:at[0]] for p in n.output_proxies}
     available.update(p.name for p in inputs)
-    call = torch_call_node(origin)
+    # in the prims' grad mode: a Function's forward clears theirs (it runs without grad),
+    # while the ref node keeps the mode it was recorded in
+    call = torch_call_node(origin).replace(grad_enabled=region.nodes[0].grad_enabled)
     if any(p.name not in available or p.name in hidden for p in call.inputs):
         return None
     return call

@@ -134,6 +134,7 @@ def write_where(self, mask, fill, name, inputs=()):
     target = prims.slice(self, [0] * len(shape), stops, [1] * len(shape))
     check_overlap(target, [t for t in inputs if t is not self])
     kept = tuple(d for d in range(len(shape)) if d not in expanded)
-    any_masked = prims.broadcast_in_dim(prims.amax(mask, expanded), tuple(target.shape), kept)
+    any_masked = mask if mask.ndim == 0 else prims.broadcast_in_dim(   # 0-dim: one for all
+        prims.amax(mask, expanded), tuple(target.shape), kept)
     prims.copy_to(target, prims.where(any_masked, fill, target))
     return self

@@ -626,6 +626,26 @@ def _inplace(p: Program):
     return p._emit(line, strided=p.strided[v])
 
 
+def _factories(p: Program):
+    """A new buffer shaped like an operand (zeros, ones, full), or an earlier line's value
+    computed again: equal nodes that CSE may merge only while neither is written into."""
+    rng = p.rng
+    earlier = [line.split(" = ", 1) for line in p.body
+               if re.match(r"v\d+ = ", line) and "_(" not in line and "[" not in line.split(" = ", 1)[0]]
+    if earlier and rng.random() < 0.4:
+        name, expr = rng.choice(earlier)
+        return p._emit(expr, strided=p.strided.get(name, False))
+    v = p.pick()
+    if v is None:
+        return False
+    t = p.t(v)
+    shape, dtype = tuple(t.shape), str(t.dtype)
+    return p._emit(rng.choice([f"torch.zeros({shape}, dtype={dtype})",
+                               f"torch.ones({shape}, dtype={dtype})",
+                               f"torch.full({shape}, {p.scalar()}, dtype={dtype})",
+                               f"torch.zeros_like({v})", f"{v}.new_ones({shape})"]), strided=True)
+
+
 GENERATORS = {        # kind: (weight, generator)
     "views": (5, _views),
     "joins": (1, _joins),
@@ -635,4 +655,5 @@ GENERATORS = {        # kind: (weight, generator)
     "indexing": (2, _indexing),
     "elementwise": (3, _elementwise),
     "inplace": (3, _inplace),
+    "factories": (1.5, _factories),
 }

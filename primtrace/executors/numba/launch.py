@@ -135,7 +135,7 @@ def _steps(region) -> list:
             j += 1
         run = nodes[i:j]
         if origin is not None and origin.call is not None:
-            call = torch_call_node(origin)
+            call = torch_call_node(origin).replace(grad_enabled=run[0].grad_enabled)
             made = {p.name for n in run for p in n.output_proxies}
             results = {p.name for p in call.output_proxies}
             writes = sum(not is_pure(n) for n in run)
