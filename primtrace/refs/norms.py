@@ -16,7 +16,7 @@ from primtrace import dtypes, prims
 from primtrace.refs import linalg as L
 from primtrace.refs import products as M
 from primtrace.refs.core import exports, is_tensor, maybe_convert, ref, with_gradient
-from primtrace.refs.reductions import keep_dims, reduction_dims, wrap_dim
+from primtrace.refs.reductions import exact_mean, keep_dims, reduction_dims, wrap_dim
 from primtrace.refs.scalars import concrete
 
 
@@ -117,8 +117,7 @@ def native_layer_norm(input, normalized_shape, weight, bias, eps):
     y = layer_norm(input, normalized_shape, weight, bias, eps)
     dims = _normalized_dims("layer_norm", input, normalized_shape, weight, bias)
     x = maybe_convert(input, dtypes.opmath(input.dtype))
-    count = math.prod(x.shape[d] for d in dims)
-    mean = prims.div(prims.sum(x, dims), float(count))
+    mean = exact_mean(x, dims)
     rstd = prims.rsqrt(prims.add(prims.var(x, dims, correction=0), float(concrete(eps))))
     return (y, *(maybe_convert(keep_dims(s, x, dims, True), input.dtype) for s in (mean, rstd)))
 

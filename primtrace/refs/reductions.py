@@ -185,6 +185,21 @@ def _mean(input, dims, dtype):
     return maybe_convert(prims.div(total, count), dtype)
 
 
+def exact_mean(x, dims):
+    """A norm's mean of float32 `x` over `dims`, summed and divided in float64 and rounded
+    once: a row of equal values has exactly that value as its mean (as eager's Welford mean),
+    so (x - mean) is 0 there, not an ulp that the rstd of a zero variance (1/sqrt(eps))
+    magnifies (a layer_norm of a constant row gave 6e-4 where eager gives 0)."""
+    count = 1
+    for d in dims:
+        count *= x.shape[d]
+    if x.dtype is not torch.float32:
+        return prims.div(prims.sum(x, dims), float(count))
+    return prims.convert_element_type(
+        prims.div(prims.sum(prims.convert_element_type(x, torch.float64), dims), float(count)),
+        x.dtype)
+
+
 # --- var, std, var_mean, std_mean ------------------------------------------------------------
 def _var_arguments(name, input, dim, unbiased, correction):
     """(dims, correction) from eager's overloads: var(x, unbiased), var(x, dim, unbiased,

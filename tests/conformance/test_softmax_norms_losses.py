@@ -332,3 +332,18 @@ def test_default_executors_mse_plus_l1():
     def fn(a, b):
         return F.mse_loss(a, b) + F.l1_loss(a, b, reduction="sum")
     assert torch.allclose(primtrace.jit(fn)(x, t), fn(x, t))
+
+
+@pytest.mark.parametrize("value", [20.085536923187668, 7.3, -1e4 / 3])
+def test_layer_norm_of_a_constant_row_is_exactly_zero(value):
+    """A row of equal values has a zero variance, so rstd is 1/sqrt(eps): the mean must be
+    that value exactly, as eager's Welford mean is, or an ulp of it becomes ~1e-3 (found by a
+    random program: 6e-4 where eager gives 0). Fused (a residual add before it), alone, and
+    prim by prim."""
+    x, w = torch.full((3, 6), value), torch.randn(6)
+    fused = primtrace.jit(lambda x, w: F.layer_norm(x + 0.0, (6,), w) * 1)
+    alone = primtrace.jit(lambda x, w: F.layer_norm(x, (6,), w))
+    prims_only = primtrace.jit(lambda x, w: F.layer_norm(x, (6,), w), executors=[])
+    assert torch.equal(F.layer_norm(x, (6,), w), torch.zeros(3, 6))
+    for jf in (fused, alone, prims_only):
+        assert torch.equal(jf(x, w), torch.zeros(3, 6))

@@ -153,7 +153,7 @@ def _square(seed: int) -> torch.Tensor:
 @pytest.mark.parametrize("fn, reuses", [
     (lambda x, w: torch.exp(x @ w) * 2 + 1, True),                        # elementwise
     (lambda x, w: torch.sin(x @ w) * 2 + 1, False),    # redoes blocks far from 0: reads again
-    (lambda x, w: F.layer_norm(x @ w, (48,)), True),                       # row kernel, 2 passes
+    (lambda x, w: F.layer_norm(x @ w, (48,)) * 2, True),                   # row kernel, passes
     (lambda x, w: torch.softmax((x @ w) * 0.5, -1), True),                 # three passes
     (lambda x, w: (lambda y: (y, y.sum(0)))(torch.tanh(x @ w) * 2), True),  # + a column sum
     (lambda x, w: (lambda t: torch.tanh(t) * 2 + t.sum(0))(x @ w), False),  # read by a sum too

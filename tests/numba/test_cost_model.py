@@ -257,3 +257,17 @@ def test_a_layer_norm_of_a_transposed_residual_stream_fuses():
     for g_, e in zip(got, block(stem, r, w, b)):
         torch.testing.assert_close(g_, e)
         assert g_.stride() == e.stride()
+
+
+def test_a_lone_layer_norm_runs_in_torch_and_one_in_a_chain_fuses():
+    """Eager's Welford layer_norm reads a row twice, our row kernel three times: alone it
+    measured 1.1-2.0x eager (2026-11-29), so the call stays torch's; with a residual add
+    before it the kernel saves a pass and fuses."""
+    x, r, w, b = torch.randn(64, 128), torch.randn(64, 128), torch.randn(128), torch.randn(128)
+    costed = [NumbaFusionExecutor(), primtrace.TORCH]
+    alone = primtrace.jit(lambda x, w, b: F.layer_norm(x, (128,), w, b), executors=costed)
+    chain = primtrace.jit(lambda x, r, w, b: F.layer_norm(x + r, (128,), w, b), executors=costed)
+    torch.testing.assert_close(alone(x, w, b), F.layer_norm(x, (128,), w, b))
+    torch.testing.assert_close(chain(x, r, w, b), F.layer_norm(x + r, (128,), w, b))
+    assert "torch.nn.functional.layer_norm" in str(primtrace.last_trace(alone))
+    assert "torch.nn.functional.layer_norm" not in str(primtrace.last_trace(chain))

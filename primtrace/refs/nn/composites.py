@@ -31,7 +31,7 @@ from primtrace.refs.creation import as_nodes
 from primtrace.refs.linalg import p_norm, vector_norm_of
 from primtrace.refs.out import check_can_cast, copy_to_self
 from primtrace.refs.promotion import DEFAULT, elementwise_dtypes
-from primtrace.refs.reductions import wrap_dim
+from primtrace.refs.reductions import exact_mean, wrap_dim
 from primtrace.refs.scalars import concrete, type_name
 
 MODULE = "refs.nn.functional"
@@ -421,7 +421,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     dims = (0, *range(2, x.ndim))
     count = x.numel() // channels if channels else 0
     if training:
-        mean = prims.div(prims.sum(x, dims), float(count))
+        mean = exact_mean(x, dims)
         var = prims.var(x, dims, correction=0)
         # an empty batch (count 0) leaves the running statistics as they are, as eager
         if (running_mean is not None or running_var is not None) and count:
@@ -512,8 +512,7 @@ def group_norm_parts(input, groups, weight, bias, eps):
                                                 device=device), (groups, per), (1,))
     grouped = prims.index_select(x, 1, prims.add(starts, offsets))
     dims = tuple(range(2, grouped.ndim))
-    count = grouped.numel() // (n * groups)
-    mean = prims.div(prims.sum(grouped, dims), float(count))
+    mean = exact_mean(grouped, dims)
     invstd = prims.rsqrt(prims.add(prims.var(grouped, dims, correction=0), float(concrete(eps))))
     group_of = prims.div(prims.iota(c, start=0, step=1, dtype=torch.int64, device=device), per)
     shape = tuple(x.shape)

@@ -212,7 +212,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     x = maybe_convert(input, computation)
     if x.numel() == 0:
         return _fresh(maybe_convert(_affine(x, x, weight, bias, computation), input.dtype), input, x)
-    mean = keep(prims.div(prims.sum(x, dims), float(_count(x, dims))), x, dims)
+    mean = keep(R.exact_mean(x, dims), x, dims)
     var = keep(prims.var(x, dims, correction=0), x, dims)
     rstd = prims.rsqrt(prims.add(var, float(eps)))
     y = prims.mul(prims.sub(x, mean), rstd)
