@@ -86,7 +86,8 @@ CALLS_LEFT_TO_TORCH = {torch.bfloat16: {("gelu", "erf")}}
 
 #: row kernels (reductions, reduction_plan.py), measured with benchmarks/reductions.py and
 #: a scan of softmax, layer_norm, rms_norm and sum over (8..8192) x (64..8192) rows, one
-#: thread each: norms win from the smallest sizes (0.3-0.9x eager), softmax from ~2^15
+#: thread each: rms_norm wins from the smallest sizes (0.3-0.9x eager; a lone layer_norm
+#: does not, see fuse_row_call), softmax from ~2^15
 #: elements (16x1024: 1.02x, 256x256: 0.79x, 4096x1024: 0.68x), a plain float32 sum is a
 #: wash (0.95-1.3x: eager's is as fast) and a half one wins from ~2^16 (0.63-0.86x)
 PLAIN_REDUCTION_CALLS = {"sum", "mean", "prod", "amax", "amin", "max", "min", "nansum"}
