@@ -271,3 +271,17 @@ def test_a_lone_layer_norm_runs_in_torch_and_one_in_a_chain_fuses():
     torch.testing.assert_close(chain(x, r, w, b), F.layer_norm(x + r, (128,), w, b))
     assert "torch.nn.functional.layer_norm" in str(primtrace.last_trace(alone))
     assert "torch.nn.functional.layer_norm" not in str(primtrace.last_trace(chain))
+
+
+def test_a_float64_copy_of_a_float32_value_is_never_stored_between_kernels():
+    """A norm's exact mean sums float64 values of its float32 input; where the input comes
+    out of another kernel (a roll's gather before it), that kernel must not also store the
+    float64 copy (twice the bytes): the norm's kernel converts as it reads."""
+    def f(x, r, w, b):
+        h = torch.roll(x, 2, 1) + r
+        return F.layer_norm(h, (96,), w, b) * 2, h
+    x, r, w, b = torch.randn(8, 8, 96), torch.randn(8, 8, 96), torch.randn(96), torch.randn(96)
+    jf = primtrace.jit(f, executors=[NumbaFusionExecutor(), primtrace.TORCH])
+    torch.testing.assert_close(jf(x, r, w, b), f(x, r, w, b))
+    stored = [p for n in primtrace.last_trace(jf).nodes for p in n.output_proxies]
+    assert all(p.dtype is not torch.float64 for p in stored), stored

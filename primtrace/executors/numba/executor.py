@@ -249,6 +249,8 @@ class NumbaFusionExecutor(FusionExecutor):
                         continue
                     if n.symbol.name in kernel_plan.VIEWS or not isinstance(p, TensorProxy):
                         return False
+                    if _widening(n) and p.name not in returned:
+                        return False   # recomputed where it is read, not stored twice as wide
                     shapes.add(tuple(p.shape))
                     names.add(p.name)
                     devices.add(p.device)
@@ -398,6 +400,17 @@ _nothing.source = "# nothing reads what these prims compute: no kernel runs\n"
 #: kernel launch: RegNetY-400MF's 10 x 10 and 5 x 5 stages ran 1.1x slower split)
 RECOMPUTE_RATIO = 16
 RECOMPUTE_MIN_ELEMENTS = 1 << 16
+
+
+def _widening(node: Node) -> bool:
+    """A float32 -> float64 conversion (a norm's exact mean sums float64 values): cheap to
+    recompute in the kernel that reads it, and twice the bytes to store and load. (Half ->
+    float32 conversions are the opmath of half kernels, kept as they are.)"""
+    if node.symbol.name != "convert_element_type" or not node.inputs:
+        return False
+    src, out = node.inputs[0], node.outputs
+    return (isinstance(src, TensorProxy) and isinstance(out, TensorProxy)
+            and src.dtype is torch.float32 and out.dtype is torch.float64)
 
 
 def recomputed_per_element(group: list[Node], producer: dict) -> bool:
