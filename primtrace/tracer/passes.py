@@ -195,6 +195,54 @@ def cse(trace: Trace) -> Trace:
     return rw.result(kept)
 
 
+def drop_unseen_writes(trace: Trace) -> Trace:
+    """A write into a new intermediate that nothing else sees (``m += r`` on a matmul's
+    result, an in-place activation) becomes the written value itself: its copy_to goes.
+
+    Why: a write stays observable to the fusion partitioner (a region must output it), so
+    ``mlp_output += attention_output`` kept Falcon's residual add out of the layer_norm
+    kernel after it. Only where no one could tell: the destination is made by a pure prim
+    in memory of its own (not a view, not an input, not a constant), no view of it exists
+    (its only aliases are its own written versions), neither it nor the write's result is
+    returned, the value has the destination's shape, dtype and strides, and nothing requires
+    grad.
+    Reads of the destination before the write still read it, unwritten now."""
+    roots = _memory_roots(trace)
+    aliases: dict[str, set[str]] = {}
+    for name, root in roots.items():
+        aliases.setdefault(root, set()).add(name)
+    producer = {p.name: n for n in trace.nodes for p in n.output_proxies}
+    versions = {n.outputs.name for n in trace.nodes
+                if n.symbol.name == "copy_to" and isinstance(n.outputs, Proxy)}
+    rw = _Rewriter(trace)
+    kept = []
+    for node in trace.nodes:
+        node = rw.node(node)
+        if _unseen_write(node, rw, roots, aliases, producer, versions):
+            rw.replace[node.outputs.name] = node.args[1]
+            continue
+        kept.append(node)
+    return rw.result(kept) if len(kept) < len(trace.nodes) else trace
+
+
+def _unseen_write(node, rw, roots, aliases, producer, versions) -> bool:
+    if node.symbol.kind is not SymbolKind.PRIM or node.symbol.name != "copy_to" \
+            or len(node.args) < 2 or node.kwargs:
+        return False
+    dst, src, out = node.args[0], node.args[1], node.outputs
+    if not all(isinstance(p, TensorProxy) for p in (dst, src, out)):
+        return False
+    made = producer.get(dst.name)
+    return (made is not None and is_pure(made) and "view" not in made.symbol.tags
+            and made.symbol.name not in ("constant", "aliased")
+            and roots.get(dst.name, dst.name) == dst.name and dst.name not in rw.inputs
+            and aliases.get(dst.name, set()) <= versions
+            and dst.name not in rw.outputs and out.name not in rw.outputs
+            and src.dtype == out.dtype and tuple(src.shape) == tuple(out.shape)
+            and tuple(src.stride()) == tuple(out.stride())   # later views read its layout
+            and not any(p.requires_grad for p in (dst, src, out)))
+
+
 def remove_noop_converts(trace: Trace) -> Trace:
     """Drop convert_element_type to the dtype its input already has."""
     rw = _Rewriter(trace)
@@ -321,6 +369,7 @@ def optimize(trace: Trace, *, remove_lossy_round_trips: bool = False,
     trace = remove_noop_converts(trace)
     trace = remove_round_trips(trace, lossy=remove_lossy_round_trips)
     trace = cse(trace)
+    trace = drop_unseen_writes(trace)
     if sink_selections and any(n.symbol.name == "mask_select" for n in trace.nodes):
         from primtrace.tracer import selections
         sunk = selections.sink_selections(trace)   # x[mask].sum(): where(mask, x, 0).sum()
@@ -335,5 +384,5 @@ def optimize(trace: Trace, *, remove_lossy_round_trips: bool = False,
     return trace
 
 
-__all__ = ["dce", "cse", "drop_gradient_carriers", "remove_noop_converts", "remove_round_trips", "optimize",
+__all__ = ["dce", "cse", "drop_gradient_carriers", "drop_unseen_writes", "remove_noop_converts", "remove_round_trips", "optimize",
            "holds_exactly", "is_pure", "may_raise", "mutated_proxy"]

@@ -249,7 +249,7 @@ class NumbaFusionExecutor(FusionExecutor):
                         continue
                     if n.symbol.name in kernel_plan.VIEWS or not isinstance(p, TensorProxy):
                         return False
-                    if _widening(n) and p.name not in returned:
+                    if _widening(n) and p.name not in returned and _full_size(p, m):
                         return False   # recomputed where it is read, not stored twice as wide
                     shapes.add(tuple(p.shape))
                     names.add(p.name)
@@ -261,6 +261,13 @@ class NumbaFusionExecutor(FusionExecutor):
                 return not any(n.symbol.name in kernel_plan.CPU_ONLY for n in group) \
                     and reduction_plan.row_group_valid(group, shapes, names)
             return len(shapes) <= 1 and not recomputed_per_element(group, producer)
+
+        def _full_size(p, m: set) -> bool:
+            """Whether `p` is as large as the largest value the nodes `m` make (a row, not
+            a row's reduced line)."""
+            return hint_numel(p.shape) >= max(
+                (hint_numel(q.shape) for i in m for q in nodes[i].output_proxies
+                 if isinstance(q, TensorProxy)), default=0)
 
         def merge(a, b) -> bool:
             if a == b:
