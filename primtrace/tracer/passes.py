@@ -204,8 +204,8 @@ def drop_unseen_writes(trace: Trace) -> Trace:
     kernel after it. Only where no one could tell: the destination is made by a pure prim
     in memory of its own (not a view, not an input, not a constant), no view of it exists
     (its only aliases are its own written versions), neither it nor the write's result is
-    returned, the value has the destination's shape, dtype and strides, and nothing requires
-    grad.
+    returned, the value has the destination's shape, dtype and strides and is memory of
+    its own that nothing writes (not an input, not a view), and nothing requires grad.
     Reads of the destination before the write still read it, unwritten now."""
     roots = _memory_roots(trace)
     aliases: dict[str, set[str]] = {}
@@ -240,7 +240,11 @@ def _unseen_write(node, rw, roots, aliases, producer, versions) -> bool:
             and dst.name not in rw.outputs and out.name not in rw.outputs
             and src.dtype == out.dtype and tuple(src.shape) == tuple(out.shape)
             and tuple(src.stride()) == tuple(out.stride())   # later views read its layout
-            and not any(p.requires_grad for p in (dst, src, out)))
+            and not any(p.requires_grad for p in (dst, src, out))
+            # the value stands for the written tensor from here on: memory of its own that
+            # nothing writes (an input, or a value written later, would show through)
+            and src.name not in rw.inputs and roots.get(src.name, src.name) == src.name
+            and src.name not in rw.written)
 
 
 def remove_noop_converts(trace: Trace) -> Trace:

@@ -189,6 +189,12 @@ REGRESSIONS = {
     "masked_fill_of_an_expanded_tensor_with_a_0_dim_mask": (
         "def program(x, m):\n    x[None, -2:].masked_fill_(m > 0, 0.5)\n    return x * 1\n",
         [Spec("x", (5, 2), torch.float32, layout="expanded"), Spec("m", (), torch.int64)]),
+    # seed 100288 (slow): a write into a new value whose source was an input made that value
+    # the input itself (drop_unseen_writes), so a later fill_ returned the input's memory
+    "write_of_an_input_into_a_new_value": (
+        "def program(x):\n    v = x / 3\n    w = v.copy_(x)\n    m = w.masked_fill(w > 1, True)\n"
+        "    return v.fill_(0.5), m\n",
+        [Spec("x", (), torch.float16)]),
 }
 
 

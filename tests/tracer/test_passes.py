@@ -296,11 +296,26 @@ def _write_into_an_input(x, w, r):
     return x @ w
 
 
+def _value_written_later(x, w, r):
+    m, s = x @ w, r * 2
+    m.copy_(s)
+    s.add_(1)                   # m must keep the values before this write
+    return m * 1, s * 1
+
+
+def _input_as_the_value(x, w, r):
+    m = x @ w
+    m.copy_(r)                  # m may not become r itself: r is the caller's tensor
+    return m.fill_(0.5), r * 1
+
+
 @pytest.mark.parametrize("fn, dropped", [(_residual_after_inplace_add, True),
                                         (_read_before_the_write, True),
                                         (_view_of_the_written_value, False),
                                         (_written_value_returned, False),
-                                        (_write_into_an_input, False)],
+                                        (_write_into_an_input, False),
+                                        (_value_written_later, False),
+                                        (_input_as_the_value, False)],
                          ids=lambda v: v.__name__.strip("_") if callable(v) else str(v))
 def test_writes_nothing_else_sees_become_their_values(fn, dropped):
     """An in-place write into a new intermediate that no view, output or input shares is its
