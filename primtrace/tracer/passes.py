@@ -365,7 +365,8 @@ def _is_gradient_carrier(node: Node) -> bool:
 def optimize(trace: Trace, *, remove_lossy_round_trips: bool = False,
              sink_selections: bool = True) -> Trace:
     """The default pipeline: gradient carriers and conversions first (they expose dead code
-    and twins), then CSE, selections sunk into the sums that reduce them
+    and twins), then CSE, writes nothing else sees (drop_unseen_writes), selections sunk
+    into the sums that reduce them
     (tracer/selections.py), values that depend on no input computed now
     (tracer/constant_folding.py), gathers at constant positions as slices
     (tracer/index_slices.py), DCE."""
