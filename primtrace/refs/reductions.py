@@ -193,10 +193,12 @@ def exact_mean(x, dims):
     count = 1
     for d in dims:
         count *= x.shape[d]
+    if isinstance(count, int):
+        count = float(count)   # else an int known when the trace runs (a symbolic batch)
     if x.dtype is not torch.float32:
-        return prims.div(prims.sum(x, dims), float(count))
+        return prims.div(prims.sum(x, dims), count)
     return prims.convert_element_type(
-        prims.div(prims.sum(prims.convert_element_type(x, torch.float64), dims), float(count)),
+        prims.div(prims.sum(prims.convert_element_type(x, torch.float64), dims), count),
         x.dtype)
 
 

@@ -347,3 +347,17 @@ def test_layer_norm_of_a_constant_row_is_exactly_zero(value):
     assert torch.equal(F.layer_norm(x, (6,), w), torch.zeros(3, 6))
     for jf in (fused, alone, prims_only):
         assert torch.equal(jf(x, w), torch.zeros(3, 6))
+
+
+def test_exact_means_take_a_batch_known_only_at_run_time():
+    """batch_norm's exact mean divides by a count that is a size of the trace (dynamic=True):
+    one trace serves every batch, running statistics as eager's."""
+    def f(x, w, b, rm, rv):
+        return F.batch_norm(x, rm, rv, w, b, training=True)
+    jf = primtrace.jit(f, dynamic=True)
+    for n in (4, 6, 9):
+        x, w, b = torch.full((n, 3, 5), 2.5), torch.randn(3), torch.randn(3)
+        ours, eager = (torch.zeros(3), torch.ones(3)), (torch.zeros(3), torch.ones(3))
+        torch.testing.assert_close(jf(x, w, b, *ours), f(x, w, b, *eager))
+        torch.testing.assert_close(ours, eager)
+    assert primtrace.cache_info(jf).misses == 1
