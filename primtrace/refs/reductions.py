@@ -190,16 +190,10 @@ def exact_mean(x, dims):
     once: a row of equal values has exactly that value as its mean (as eager's Welford mean),
     so (x - mean) is 0 there, not an ulp that the rstd of a zero variance (1/sqrt(eps))
     magnifies (a layer_norm of a constant row gave 6e-4 where eager gives 0)."""
-    count = 1
-    for d in dims:
-        count *= x.shape[d]
-    if isinstance(count, int):
-        count = float(count)   # else an int known when the trace runs (a symbolic batch)
     if x.dtype is not torch.float32:
-        return prims.div(prims.sum(x, dims), count)
-    return prims.convert_element_type(
-        prims.div(prims.sum(prims.convert_element_type(x, torch.float64), dims), count),
-        x.dtype)
+        return _mean(x, dims, x.dtype)
+    wide = _mean(prims.convert_element_type(x, torch.float64), dims, torch.float64)
+    return prims.convert_element_type(wide, x.dtype)
 
 
 # --- var, std, var_mean, std_mean ------------------------------------------------------------

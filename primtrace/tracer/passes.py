@@ -207,25 +207,24 @@ def drop_unseen_writes(trace: Trace) -> Trace:
     returned, the value has the destination's shape, dtype and strides and is memory of
     its own that nothing writes (not an input, not a view), and nothing requires grad.
     Reads of the destination before the write still read it, unwritten now."""
-    roots = _memory_roots(trace)
+    rw = _Rewriter(trace)
     aliases: dict[str, set[str]] = {}
-    for name, root in roots.items():
+    for name, root in rw.roots.items():
         aliases.setdefault(root, set()).add(name)
     producer = {p.name: n for n in trace.nodes for p in n.output_proxies}
     versions = {n.outputs.name for n in trace.nodes
                 if n.symbol.name == "copy_to" and isinstance(n.outputs, Proxy)}
-    rw = _Rewriter(trace)
     kept = []
     for node in trace.nodes:
         node = rw.node(node)
-        if _unseen_write(node, rw, roots, aliases, producer, versions):
+        if _unseen_write(node, rw, aliases, producer, versions):
             rw.replace[node.outputs.name] = node.args[1]
             continue
         kept.append(node)
     return rw.result(kept) if len(kept) < len(trace.nodes) else trace
 
 
-def _unseen_write(node, rw, roots, aliases, producer, versions) -> bool:
+def _unseen_write(node, rw, aliases, producer, versions) -> bool:
     if node.symbol.kind is not SymbolKind.PRIM or node.symbol.name != "copy_to" \
             or len(node.args) < 2 or node.kwargs:
         return False
@@ -235,7 +234,7 @@ def _unseen_write(node, rw, roots, aliases, producer, versions) -> bool:
     made = producer.get(dst.name)
     return (made is not None and is_pure(made) and "view" not in made.symbol.tags
             and made.symbol.name not in ("constant", "aliased")
-            and roots.get(dst.name, dst.name) == dst.name and dst.name not in rw.inputs
+            and rw.roots.get(dst.name, dst.name) == dst.name and dst.name not in rw.inputs
             and aliases.get(dst.name, set()) <= versions
             and dst.name not in rw.outputs and out.name not in rw.outputs
             and src.dtype == out.dtype and tuple(src.shape) == tuple(out.shape)
@@ -243,7 +242,7 @@ def _unseen_write(node, rw, roots, aliases, producer, versions) -> bool:
             and not any(p.requires_grad for p in (dst, src, out))
             # the value stands for the written tensor from here on: memory of its own that
             # nothing writes (an input, or a value written later, would show through)
-            and src.name not in rw.inputs and roots.get(src.name, src.name) == src.name
+            and src.name not in rw.inputs and rw.roots.get(src.name, src.name) == src.name
             and src.name not in rw.written)
 
 
