@@ -10,11 +10,14 @@ torch.compile, timed interleaved in one process; prints ratios to eager per roun
         # layer_norm, rms_norm and sum at 4 shapes, f32 and bf16, fused (no cost model)
 
 W6  ((q @ k^T) * scale).masked_fill(mask, -inf).softmax(-1), q, k (4, 8, 256, 64) f32
-W7  RMSNorm written in torch on bf16 (4096, 2048), computed in f32; also its time over the
-    bandwidth floor (bytes read once + written once at the copy bandwidth measured here)
+W7  RMSNorm written in torch on bf16 (4096, 2048), computed in f32
 W8  F.gelu(F.layer_norm(x + r, (C,), w, b)), (8192, 1024) f32
 W9  F.cross_entropy(logits, target), logits (4096, 8192) f32; where primtrace has no
     cross_entropy ref yet, F.log_softmax(logits, -1) (said in the table)
+
+For W7-W9 it also prints a measured roofline: the copy floor (bytes read once + written once
+at the copy bandwidth measured here) and the arithmetic's time from cache, and primtrace's
+time over each.
 """
 from __future__ import annotations
 
@@ -143,6 +146,40 @@ def scan(scale: float, rounds: int, seconds: float) -> None:
             print(f"| {name} | {str(dtype)[6:]} | " + " | ".join(cells) + " |", flush=True)
 
 
+#: output elements per row (W9 writes one loss for the whole batch)
+_WRITTEN_PER_ROW = {"W7": 1.0, "W8": 1.0, "W9": 0.0}
+
+
+def roofline(key: str, fn, inputs, ours: float) -> str:
+    """What bounds a row workload: moving its bytes once (the copy floor, with and without a
+    fresh output's page faults) or the kernel's own arithmetic (its time per row between two
+    sizes whose rows fit in the last-level cache, times all rows: no memory traffic, no
+    per-call cost)."""
+    x = inputs[0]
+    rows, row_bytes = x.shape[0], x[0].numel() * x.element_size()
+    read = sum(t.numel() * t.element_size() for t in inputs)
+    written = int(x.numel() * _WRITTEN_PER_ROW[key] * x.element_size()) or 8
+    floor, fresh = copy_floor(read, written, written)
+    # rows whose operands and output fit in 4 MiB, in the last-level cache, and are enough
+    # for a parallel kernel and to hide the call's own cost
+    cached = max(2, min(rows, (4 << 20) // (row_bytes * (len(inputs) + 1))))
+    jsmall = primtrace.jit(fn)
+
+    def timed(n):
+        part = [t[:n] if t.dim() and t.shape[0] == rows else t for t in inputs]
+        return bench(lambda: jsmall(*part), min_time=0.3)
+
+    # the slope between two cache-resident sizes: a row's arithmetic without the call's cost
+    compute = max(timed(cached) - timed(cached // 2), 0.0) / (cached - cached // 2) * rows
+    bound = max(fresh, compute)
+    return (f"{key}: {(read + written) / 2**20:.0f} MiB moved once; copy floor "
+            f"{floor * 1e3:.1f} ms ({fresh * 1e3:.1f} ms with a fresh output's page faults; "
+            f"{(read + written) / floor / 1e9:.1f} GB/s); arithmetic from cache "
+            f"{compute * 1e3:.1f} ms ({cached} rows at a time); primtrace {ours * 1e3:.1f} ms = "
+            f"{ours / floor:.2f}x the copy floor, {ours / bound:.2f}x the roofline "
+            f"(max of the two, {bound * 1e3:.1f} ms)")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="")
@@ -178,16 +215,8 @@ def main():
         comp = f"{result['torch.compile'][0]:.2f}" if "torch.compile" in result else "-"
         print(f"| {key} | {what} | {result['eager'][1] * 1e6:.0f} | "
               f"{result['primtrace'][0]:.2f} | {comp} | {_fused(jfn)} |", flush=True)
-        if key == "W7":
-            x, w = inputs
-            read = x.numel() * x.element_size() + w.numel() * w.element_size()
-            written = x.numel() * 2
-            floor, fresh = copy_floor(read, written, written)
-            notes.append(f"W7 bandwidth floor ({(read + written) / 2**20:.0f} MiB moved once at "
-                         f"the copy bandwidth measured here, {(read + written) / floor / 1e9:.1f} "
-                         f"GB/s): primtrace {result['primtrace'][1] / floor:.2f}x the floor "
-                         f"({result['primtrace'][1] / fresh:.2f}x with a fresh output's page "
-                         f"faults), eager {result['eager'][1] / floor:.2f}x")
+        if key in ("W7", "W8", "W9"):
+            notes.append(roofline(key, fn, inputs, result["primtrace"][1]))
     for note in notes:
         print("\n" + note)
 
