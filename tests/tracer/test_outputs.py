@@ -100,8 +100,12 @@ def test_model_output_is_rebuilt():
     got, expected = jfn(torch.arange(2.0)), fn(torch.arange(2.0))
     assert type(got) is Output and list(got.keys()) == ["logits", "hidden"] and got.loss is None
     assert type(got.logits) is torch.Tensor and got[0] is got.logits
+    assert got["logits"] is got.logits and got.to_tuple()[1] is got.hidden
     torch.testing.assert_close(got.logits, expected.logits)
     torch.testing.assert_close(got.hidden[1], expected.hidden[1])
+    assert repr(got) == repr(expected)
+    got.logits = torch.zeros(2)           # ModelOutput's own setattr: item and field agree
+    assert got["logits"] is got.logits and not jfn(torch.ones(2)).logits.eq(0).any()
 
 
 def test_an_object_made_while_tracing_is_rebuilt_with_each_calls_tensors():
