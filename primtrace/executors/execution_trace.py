@@ -155,19 +155,30 @@ def _note_effect_free(call: Node, prims: list[Node], effect_free: set) -> None:
 def _calls_kept_whole(trace: Trace, nodes: list[Node], ex: FusionExecutor,
                       owner: dict, effect_free: set, hidden: set) -> list[Node]:
     """`nodes` where each torch call `ex` would not fuse whole (``ex.fuse_call``) is that
-    call again: its prims one by one would cost more than the call and be no more exact."""
+    call again: its prims one by one would cost more than the call and be no more exact.
+
+    A call whose prim CSE shares with later calls (the float32 copy of a bfloat16 input
+    three linears convert) is not whole until those calls are put back: so again, until
+    a round puts back none (three bfloat16 q/k/v linears: the first ran as a float32
+    matmul of weights converted on every call, 1.35x eager at 256 x 512)."""
     groups: dict[int, list[Node]] = {}
     for n in nodes:
         if n.origin is not None and n.origin.call is not None and id(n) not in owner:
             groups.setdefault(id(n.origin), []).append(n)
-    for group in groups.values():
-        if ex.fuse_call(group):
-            continue
-        region = Region.from_nodes(trace.derive(nodes, "partition"), group)
-        call = single_call(region, nodes, trace.inputs, hidden)
-        if call is not None:
-            _note_effect_free(call, group, effect_free)
-            nodes = _replace(nodes, group, call)
+    waiting = [group for group in groups.values() if not ex.fuse_call(group)]
+    while waiting:
+        left = []
+        for group in waiting:
+            region = Region.from_nodes(trace.derive(nodes, "partition"), group)
+            call = single_call(region, nodes, trace.inputs, hidden)
+            if call is None:
+                left.append(group)
+            else:
+                _note_effect_free(call, group, effect_free)
+                nodes = _replace(nodes, group, call)
+        if len(left) == len(waiting):
+            break
+        waiting = left
     return nodes
 
 

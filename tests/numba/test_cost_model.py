@@ -159,6 +159,24 @@ def test_a_call_kept_whole_after_cse_merged_its_prims_into_another_call():
     torch.testing.assert_close(got, fn(a, b))
 
 
+def test_linears_sharing_a_cse_merged_input_conversion_all_run_whole():
+    """Three bfloat16 linears with biases on one normalized input (q, k, v): CSE shares the
+    float32 copy of the input their prims make, which belongs to the first call's prims. The
+    first ran as a float32 matmul of weights converted on every call (1.35x eager at
+    256 x 512); all three now run as eager's linear."""
+    def fn(x, w, b, w2, b2, w3, b3):
+        h = x.float()
+        h = (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)).to(torch.bfloat16)
+        return F.linear(h, w, b).view(1, -1, 4, 8), F.linear(h, w2, b2), F.linear(h, w3, b3)
+    x = torch.randn(1, 16, 32).bfloat16()
+    params = [torch.randn(32, 32).bfloat16() if i % 2 == 0 else torch.randn(32).bfloat16()
+              for i in range(6)]
+    got, nodes = run(fn, x, *params)
+    assert nodes.count("torch.nn.functional.linear") == 3 and "prims.matmul" not in nodes, nodes
+    for g, e in zip(got, fn(x, *params)):
+        torch.testing.assert_close(g, e, rtol=0, atol=0)
+
+
 def test_the_gpu_rule_fuses_only_large_float_elementwise_prims():
     """cost.fuse_on_gpu (measured on an H100 and an H200): reductions never, half dtypes never, float32
     elementwise prims from 2^26 elements (the proxies' device does not matter to the rule)."""
