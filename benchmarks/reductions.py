@@ -156,13 +156,14 @@ def roofline(key: str, fn, inputs, ours: float, seconds: float = 0.3) -> str:
     cache, times all rows: no memory traffic, no per-call cost), whichever is longer, plus
     the page faults of a fresh output (a fault stops the thread: nothing overlaps it)."""
     x = inputs[0]
-    rows, row_bytes = x.shape[0], x[0].numel() * x.element_size()
+    rows = x.shape[0]
     read = sum(t.numel() * t.element_size() for t in inputs)
     written = int(x.numel() * _WRITTEN_PER_ROW[key] * x.element_size()) or 8
     floor, fresh = copy_floor(read, written, written)
     # rows whose operands and output fit in 4 MiB, in the last-level cache, and are enough
     # for a parallel kernel and to hide the call's own cost
-    cached = max(2, min(rows, (4 << 20) // (row_bytes * (len(inputs) + 1))))
+    row_bytes = (read + written) // rows
+    cached = max(2, min(rows, (4 << 20) // row_bytes))
     jsmall = primtrace.jit(fn)
 
     def timed(n):
