@@ -115,6 +115,7 @@ def _dict_dataclass(obj) -> bool:
     """A dataclass that is also a dict of its own fields (transformers' ``ModelOutput``: the
     fields that are not None are its items, in order)."""
     return (isinstance(obj, dict) and dataclasses.is_dataclass(obj)
+            and type(obj).__new__ is dict.__new__   # made without arguments
             and {f.name for f in dataclasses.fields(obj)}.issuperset(obj))
 
 
