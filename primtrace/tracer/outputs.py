@@ -85,9 +85,12 @@ def _container(obj, existing=frozenset(), within: tuple = ()):
         # before pytree, whose torch.Size node (registered by torch.fx) unflattens to a
         # tuple; a shape holding sizes known at run time is a torch.Size of ints by then
         return list(obj), torch.Size
-    if _dict_dataclass(obj):
-        keys = list(obj)
-        return [obj[k] for k in keys], lambda values: _dict_dataclass_with(obj, keys, values)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):   # ModelOutput too
+        names = _attribute_names(obj)
+        own = [k for k in obj if k not in names or obj[k] is not getattr(obj, k)] \
+            if isinstance(obj, dict) else []
+        return ([getattr(obj, n) for n in names] + [obj[k] for k in own],
+                lambda values: _dataclass_with(obj, names, own, values))
     node = pytree.SUPPORTED_NODES.get(t)
     if node is not None and t not in _PLAIN:   # OrderedDict, registered types
         children, context = node.flatten_fn(obj)
@@ -96,9 +99,6 @@ def _container(obj, existing=frozenset(), within: tuple = ()):
         if hasattr(t, "_fields"):   # a namedtuple
             return list(obj), lambda values: t(*values)
         return list(obj), t   # torch.return_types and other tuple subclasses take one sequence
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        names = [f.name for f in dataclasses.fields(obj)]
-        return [getattr(obj, n) for n in names], lambda values: _replaced(obj, names, values)
     if isinstance(obj, dict):
         keys = list(obj)
         return [obj[k] for k in keys], lambda values: _with_items(obj, keys, values)
@@ -111,26 +111,40 @@ def _container(obj, existing=frozenset(), within: tuple = ()):
     return None
 
 
-def _dict_dataclass(obj) -> bool:
-    """A dataclass that is also a dict of its own fields (transformers' ``ModelOutput``: the
-    fields that are not None are its items, in order)."""
-    return (isinstance(obj, dict) and dataclasses.is_dataclass(obj)
-            and type(obj).__new__ is dict.__new__   # made without arguments
-            and {f.name for f in dataclasses.fields(obj)}.issuperset(obj))
+def _attribute_names(obj) -> list:
+    """A dataclass instance's fields that are set, then the other attributes it holds (one
+    its ``__post_init__`` computed: a tensor there was returned as the traced proxy)."""
+    names = [f.name for f in dataclasses.fields(obj) if hasattr(obj, f.name)]
+    return names + [n for n in getattr(obj, "__dict__", {}) if n not in names]
 
 
-def _dict_dataclass_with(obj, keys, values):
-    """A copy of `obj` (`_dict_dataclass`) whose items and fields `keys` hold `values`. Its
-    ``__init__`` and ``__post_init__`` ran while tracing; run again per call they cost a
-    ModelOutput 10-18 us (a transformers model's whole call is 0.7-2 ms), this ~1 us."""
+def _dict_base(t: type) -> type:
+    """The built-in dict class below dict subclass `t` (OrderedDict keeps its own order)."""
+    return next(c for c in t.__mro__ if c.__module__ in ("builtins", "collections")
+                and issubclass(c, dict))
+
+
+def _dataclass_with(obj, names, own, values):
+    """A copy of dataclass `obj` whose attributes `names`, then (a dict) items `own`, hold
+    `values`; an item that was its field's own object is that field's new value (a
+    transformers ``ModelOutput`` holds each value as both). Neither ``__init__`` nor
+    ``__post_init__`` runs again (they ran while tracing; frozen classes too): per call
+    they cost a ModelOutput 10-18 us, of a model's 0.7-2 ms call, this ~2 us."""
     t = type(obj)
-    setitem = next(c for c in t.__mro__ if c.__module__ in ("builtins", "collections")
-                   and issubclass(c, dict)).__setitem__   # OrderedDict's keeps its order
-    new = t.__new__(t)
-    new.__dict__.update(obj.__dict__)
-    for key, value in zip(keys, values):
-        setitem(new, key, value)
-        object.__setattr__(new, key, value)
+    if isinstance(obj, dict):   # copy.copy would run an OrderedDict's __init__
+        base = _dict_base(t)
+        new = base.__new__(t)
+        if hasattr(obj, "__dict__"):
+            new.__dict__.update(obj.__dict__)
+    else:
+        new = copy.copy(obj)
+    attributes = dict(zip(names, values))
+    for name, value in attributes.items():
+        object.__setattr__(new, name, value)
+    if isinstance(obj, dict):
+        items = dict(zip(own, values[len(names):]))
+        for key in obj:   # in the traced order
+            base.__setitem__(new, key, items[key] if key in items else attributes[key])
     return new
 
 
@@ -138,15 +152,6 @@ def _instance(t, names, values):
     """A new `t` holding `values` in its attributes (its ``__init__`` ran while tracing)."""
     new = t.__new__(t)
     new.__dict__.update(zip(names, values))
-    return new
-
-
-def _replaced(obj, names, values):
-    """A copy of dataclass `obj` holding `values` in its fields (its ``__init__`` and
-    ``__post_init__`` already ran while tracing: they are not run again; frozen ones too)."""
-    new = copy.copy(obj)
-    for name, value in zip(names, values):
-        object.__setattr__(new, name, value)
     return new
 
 

@@ -108,6 +108,44 @@ def test_model_output_is_rebuilt():
     assert got["logits"] is got.logits and not jfn(torch.ones(2)).logits.eq(0).any()
 
 
+def test_a_dict_dataclass_item_no_field_holds_is_rebuilt():
+    """A dataclass that is also a dict, whose items are not its fields (here one item and
+    one field alone): both are the call's tensors. The item came back as the traced proxy."""
+    @dataclasses.dataclass
+    class Both(dict):
+        a: torch.Tensor = None
+        b: torch.Tensor = None
+
+        def __post_init__(self):
+            self["sum"] = self.a + self.b
+
+    fn = lambda x: Both(a=x + 1, b=x * 2)  # noqa: E731
+    jfn = primtrace.jit(fn)
+    jfn(torch.ones(2))
+    got, expected = jfn(torch.arange(2.0)), fn(torch.arange(2.0))
+    assert type(got) is Both and list(got) == ["sum"]
+    for value, want in ((got["sum"], expected["sum"]), (got.a, expected.a), (got.b, expected.b)):
+        assert type(value) is torch.Tensor
+        torch.testing.assert_close(value, want)
+
+
+def test_a_dataclass_attribute_its_post_init_computed_is_rebuilt():
+    """A tensor a dataclass's __post_init__ stores in an attribute that is no field: the
+    call's tensor (it came back as the traced proxy)."""
+    @dataclasses.dataclass
+    class Out:
+        a: torch.Tensor = None
+
+        def __post_init__(self):
+            self.doubled = self.a * 2
+
+    jfn = primtrace.jit(lambda x: Out(a=x + 1))
+    jfn(torch.ones(2))
+    got = jfn(torch.arange(2.0))
+    assert type(got.doubled) is torch.Tensor
+    torch.testing.assert_close(got.doubled, (torch.arange(2.0) + 1) * 2)
+
+
 def test_an_object_made_while_tracing_is_rebuilt_with_each_calls_tensors():
     """A cache object the function builds and returns (transformers' DynamicCache: layers
     of objects holding keys and values) is a new object of its class on every call, holding
