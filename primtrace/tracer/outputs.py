@@ -99,11 +99,11 @@ def _container(obj, existing=frozenset(), within: tuple = ()):
         if hasattr(t, "_fields"):   # a namedtuple
             return list(obj), lambda values: t(*values)
         return list(obj), t   # torch.return_types and other tuple subclasses take one sequence
-    if isinstance(obj, dict):
-        keys = list(obj)
-        return [obj[k] for k in keys], lambda values: _with_items(obj, keys, values)
-    if isinstance(obj, list):
-        return list(obj), lambda values: _with_items(obj, range(len(values)), values)
+    if isinstance(obj, (dict, list)):   # a subclass: its items, then its attributes
+        keys = list(obj) if isinstance(obj, dict) else range(len(obj))
+        names = list(getattr(obj, "__dict__", {}))
+        return ([obj[k] for k in keys] + [getattr(obj, n) for n in names],
+                lambda values: _with_items(obj, keys, names, values))
     d = plain_dict(obj)
     if d is not None and not slot_names(t) and holds_proxy(obj):
         names = list(d)
@@ -155,11 +155,14 @@ def _instance(t, names, values):
     return new
 
 
-def _with_items(obj, keys, values):
-    """A copy of a dict or list subclass `obj` (its type and attributes) holding `values`."""
+def _with_items(obj, keys, names, values):
+    """A copy of a dict or list subclass `obj` whose items `keys`, then attributes `names`,
+    hold `values` (an attribute holding a tensor was returned as the traced proxy)."""
     new = copy.copy(obj)
     for key, value in zip(keys, values):
         new[key] = value
+    for name, value in zip(names, values[len(keys):]):
+        object.__setattr__(new, name, value)
     return new
 
 

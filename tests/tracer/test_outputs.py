@@ -146,6 +146,35 @@ def test_a_dataclass_attribute_its_post_init_computed_is_rebuilt():
     torch.testing.assert_close(got.doubled, (torch.arange(2.0) + 1) * 2)
 
 
+class _Dict(dict):
+    pass
+
+
+class _List(list):
+    pass
+
+
+class _Ordered(collections.OrderedDict):
+    pass
+
+
+@pytest.mark.parametrize("kind", [_Dict, _List, _Ordered])
+def test_a_container_subclass_attribute_is_rebuilt(kind):
+    """A dict or list subclass with a tensor in an attribute besides its items: both are
+    the call's tensors (the attribute came back as the traced proxy)."""
+    def fn(x):
+        c = kind({"a": x + 1}) if issubclass(kind, dict) else kind([x + 1])
+        c.extra = x * 2
+        return c
+    jfn = primtrace.jit(fn)
+    jfn(torch.ones(2))
+    got, x = jfn(torch.arange(2.0)), torch.arange(2.0)
+    item = got["a"] if issubclass(kind, dict) else got[0]
+    assert type(got) is kind and type(got.extra) is torch.Tensor and type(item) is torch.Tensor
+    torch.testing.assert_close(got.extra, x * 2)
+    torch.testing.assert_close(item, x + 1)
+
+
 def test_an_object_made_while_tracing_is_rebuilt_with_each_calls_tensors():
     """A cache object the function builds and returns (transformers' DynamicCache: layers
     of objects holding keys and values) is a new object of its class on every call, holding
