@@ -131,17 +131,13 @@ def _dataclass_with(obj, names, own, values):
     ``__post_init__`` runs again (they ran while tracing; frozen classes too): per call
     they cost a ModelOutput 10-18 us, of a model's 0.7-2 ms call, this 3-4 us."""
     t = type(obj)
-    if isinstance(obj, dict):   # copy.copy would run an OrderedDict's __init__
-        base = _dict_base(t)
-        new = base.__new__(t)
-        if hasattr(obj, "__dict__"):
-            new.__dict__.update(obj.__dict__)
-    else:
-        new = copy.copy(obj)
+    base = _dict_base(t) if isinstance(obj, dict) else None
+    # a dict's attributes are all in `names`; copy.copy would run an OrderedDict's __init__
+    new = copy.copy(obj) if base is None else base.__new__(t)
     attributes = dict(zip(names, values))
     for name, value in attributes.items():
         object.__setattr__(new, name, value)
-    if isinstance(obj, dict):
+    if base is not None:
         items = dict(zip(own, values[len(names):]))
         for key in obj:   # in the traced order
             base.__setitem__(new, key, items[key] if key in items else attributes[key])
